@@ -1,0 +1,42 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh clone: each creates .venv as needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+# Prefer the tests' own isolation over anything inherited from the caller's shell.
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast bench clean venv-demo venv-dev
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e '.[cpu,examples]'
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet -e '.[cpu,examples,dev]'
+	touch $@ $(VENV)/.demo-installed
+
+venv-demo: $(VENV)/.demo-installed
+venv-dev: $(VENV)/.dev-installed
+
+## demo: train the digits model on 2 local workers under the tfdist supervisor
+demo: venv-demo
+	$(BIN)/tfdist launch -n 2 --max-restarts 2 --log-dir .tfdist-demo/logs -- examples/digits.py --model-dir .tfdist-demo/model
+
+## test: the whole suite (unit, CLI, integration with real processes)
+test: venv-dev
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## test-fast: everything not marked slow (under 2 minutes)
+test-fast: venv-dev
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: venv-dev
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .tfdist-demo .pytest_cache build src/*.egg-info

@@ -1,0 +1,1 @@
+"""The command line: thin modules, one per command. None of them imports TensorFlow."""
