@@ -1,0 +1,1 @@
+"""Starting and supervising the tasks of a distributed TensorFlow job (see ``tfdist.launch.supervisor``)."""
