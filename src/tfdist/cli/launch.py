@@ -1,0 +1,103 @@
+"""``tfdist launch``: start and supervise the tasks of a distributed job on this machine."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+
+import click
+
+from tfdist.cli.common import option
+from tfdist.constants import TASK_ENVIRONMENT
+from tfdist.errors import UsageError
+from tfdist.status import ExitStatus
+
+_EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
+
+
+@click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
+               epilog=_EPILOG)
+@option("-n", "--workers", type=click.IntRange(0, 1024), default=1, show_default=True, help="Worker tasks.")
+@option("--ps", type=click.IntRange(0, 256), default=0, show_default=True, help="Parameter-server tasks.")
+@option("--chief", is_flag=True, help="Add a chief task (else worker 0 plays the chief).")
+@option("--evaluator", is_flag=True, help="Add an evaluator task (outside the training cluster).")
+@option("--max-restarts", type=click.IntRange(0), default=0, show_default=True,
+        help="Restart the whole group this many times after a failure.")
+@option("--restart-window", type=click.FloatRange(0), default=0.0, show_default=True,
+        help="Seconds after which a restart no longer counts against --max-restarts (0: never).")
+@option("--backoff", type=click.FloatRange(0), default=1.0, show_default=True,
+        help="Seconds before the first restart; doubles each time (capped at 30 s).")
+@option("--log-dir", type=click.Path(file_okay=False), help="One log file per task and attempt here.")
+@option("--tee", is_flag=True, help="With --log-dir, also print task output here.")
+@option("--port-base", type=click.IntRange(1, 65535), help="Use consecutive ports from here (default: free ports).")
+@option("--host", default="127.0.0.1", show_default=True, help="Address the tasks listen on.")
+@option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra variable for every task (repeatable).")
+@option("--gpus-per-task", type=click.IntRange(1), help="GPUs per training task (default: split evenly).")
+@option("--nccl-debug", is_flag=True, help="Set NCCL_DEBUG=INFO for every task.")
+@option("--grace-period", type=click.FloatRange(0), default=5.0, show_default=True,
+        help="Seconds between SIGTERM and SIGKILL when stopping tasks.")
+@option("--hang-timeout", type=click.FloatRange(0), default=0.0, show_default=True,
+        help="Restart the group when a task sends no heartbeat for this long (0: off).")
+@option("--metrics-port", type=click.IntRange(1, 65535), help="Task i serves /metrics and /healthz on this + i.")
+@option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoints bind.")
+@option("--job-name", default="tfdist", show_default=True, help="Label for logs and metrics.")
+@option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
+@option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
+@option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
+@option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
+@click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
+def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
+            **flags: object) -> int:
+    """Start and supervise a distributed TensorFlow job on this machine.
+
+    Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
+    tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
+    prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
+    """
+    from tfdist.launch.preflight import keras_plan, resolve_command
+    from tfdist.launch.spec import LaunchSpec
+    from tfdist.launch.taskenv import parse_env_pairs
+
+    if flags["workers"] == 0 and not flags["chief"]:
+        raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
+    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
+                      env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
+    legacy_keras = keras_plan(spec, os.environ)
+    if dry_run:
+        return _dry_run(spec, legacy_keras)
+
+    from tfdist.launch.outcome import Cause, render_report
+    from tfdist.launch.supervisor import Supervisor
+
+    result = Supervisor(spec, legacy_keras=legacy_keras).run()
+    final = result.final
+    if result.succeeded:
+        print(f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)", file=sys.stderr)
+        return ExitStatus.SUCCESS
+    print(render_report(result), file=sys.stderr)
+    if final is not None and final.cause is Cause.PREEMPTED:
+        return ExitStatus.PREEMPTED
+    if final is not None and final.cause is Cause.INTERRUPTED:
+        return ExitStatus.CTRL_C
+    return ExitStatus.TASK_FAILED
+
+
+def _dry_run(spec: object, legacy_keras: bool) -> int:
+    from tfdist.launch.ports import free_ports, ports_from_base
+    from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
+
+    n = count_tasks(spec)  # type: ignore[arg-type]
+    ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)  # type: ignore[attr-defined]
+    layout = layout_for(spec, ports)  # type: ignore[arg-type]
+    plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",  # type: ignore[attr-defined,arg-type]
+                       gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
+    for plan in plans:
+        print(f"[{plan.task}] {plan.address}")
+        print(f"  TF_CONFIG={json.dumps(json.loads(plan.env['TF_CONFIG']), sort_keys=True)}")
+        for key, value in plan.env.items():
+            if key != "TF_CONFIG":
+                print(f"  {key}={value}")
+        print(f"  command: {shlex.join(plan.command)}")
+    print(f"dry run: {len(plans)} task(s) planned, none started")
+    return ExitStatus.SUCCESS

@@ -1,0 +1,131 @@
+"""What happened in a launch, as data: each attempt's cause, and the root cause of a failure."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Cause(str, Enum):
+    """Why an attempt ended."""
+
+    SUCCEEDED = "succeeded"
+    TASK_FAILED = "task-failed"  # a task exited non-zero or was killed by a signal
+    HUNG = "hung"  # a task stopped sending heartbeats
+    PORT_CONFLICT = "port-conflict"  # a task could not bind its port: retried with fresh ports
+    PREEMPTED = "preempted"  # the launcher was asked to stop (SIGTERM)
+    INTERRUPTED = "interrupted"  # Ctrl-C
+    START_FAILED = "start-failed"  # the program could not be started at all
+
+
+def describe_exit(code: int | None) -> str:
+    """``exit code 1`` or ``killed by SIGKILL`` (Popen reports death by signal as a negative code)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """The task an attempt's failure started with."""
+
+    task: str
+    pid: int
+    exit_code: int | None
+    log_path: str
+    stderr_tail: tuple[str, ...] = ()
+    error: dict | None = None  # the runtime's error file, when the script raised
+
+    @property
+    def headline(self) -> str:
+        text = f"{self.task} (pid {self.pid}) {describe_exit(self.exit_code)}"
+        if self.error:
+            text += f": {self.error.get('type', 'Error')}: {self.error.get('message', '')}"
+        return text
+
+    @property
+    def traceback(self) -> str:
+        if self.error and self.error.get("traceback"):
+            return str(self.error["traceback"])
+        return "".join(self.stderr_tail)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of the whole group."""
+
+    number: int  # 0 for the first start
+    cause: Cause
+    duration_s: float
+    failure: TaskFailure | None = None
+    step_reached: int | None = None
+    detail: str = ""
+
+
+@dataclass
+class LaunchResult:
+    """All attempts of a launch and how it ended."""
+
+    run_id: str
+    log_dir: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def final(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.final is not None and self.final.cause is Cause.SUCCEEDED
+
+    @property
+    def restarts(self) -> int:
+        return max(0, len(self.attempts) - 1)
+
+
+def read_error_file(path: str) -> dict | None:
+    """The runtime's JSON error record, or None when the task wrote none (it did not use tfdist.runtime, or was
+    killed)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_step(heartbeat_path: str) -> int | None:
+    """The last step a task reported in its heartbeat file."""
+    try:
+        text = open(heartbeat_path, encoding="ascii").read().strip()  # noqa: SIM115
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def render_report(result: LaunchResult) -> str:
+    """The root-cause report printed last when a launch did not succeed (plain text, paste-friendly)."""
+    lines = [f"tfdist: job {result.run_id} did not succeed after {len(result.attempts)} attempt(s); "
+             f"logs in {result.log_dir}", "attempts:"]
+    for attempt in result.attempts:
+        who = f" {attempt.failure.task}: {describe_exit(attempt.failure.exit_code)}" if attempt.failure else ""
+        step = f", step {attempt.step_reached}" if attempt.step_reached is not None else ""
+        detail = f" ({attempt.detail})" if attempt.detail else ""
+        lines.append(f"  #{attempt.number}: {attempt.cause.value}{who}{detail}, {attempt.duration_s:.1f}s{step}")
+    final = result.final
+    if final is not None and final.failure is not None:
+        failure = final.failure
+        lines.append(f"root cause (attempt #{final.number}): {failure.headline}")
+        lines.append(f"  log: {failure.log_path}")
+        tb = failure.traceback.rstrip()
+        if tb:
+            lines.append("  last lines of its stderr:" if not failure.error else "  traceback:")
+            lines.extend("    " + line for line in tb.splitlines()[-25:])
+    return os.linesep.join(lines)

@@ -1,0 +1,66 @@
+"""Checks made before any task starts."""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import sys
+from typing import Mapping, Sequence
+
+from tfdist.constants import LEGACY_KERAS
+from tfdist.errors import UsageError
+from tfdist.launch.spec import LaunchSpec
+
+
+def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
+                    python: str = sys.executable) -> tuple[str, ...]:
+    """``script.py a b`` -> ``(python, -u, script.py, a, b)``; ``-m pkg.mod`` -> ``(python, -u, -m, pkg.mod)``.
+
+    Raises:
+        UsageError: nothing to run, or the script does not exist.
+    """
+    if not target:
+        raise UsageError("no training script given", hint="usage: tfdist launch [OPTIONS] [--] SCRIPT [ARGS...]")
+    head, *rest = target
+    if no_python:
+        if not shutil.which(head) and not os.path.exists(head):
+            raise UsageError(f"program {head!r} not found", hint="give a path or a command on PATH")
+        return tuple(target)
+    if module:
+        return (python, "-u", "-m", head, *rest)
+    if not os.path.isfile(head):
+        raise UsageError(f"training script {head!r} does not exist", hint="check the path, or use -m MODULE")
+    return (python, "-u", head, *rest)
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def keras_plan(spec: LaunchSpec, environ: Mapping[str, str]) -> bool:
+    """Whether tasks get ``TF_USE_LEGACY_KERAS=1``.
+
+    Keras 3 cannot run multi-worker or parameter-server ``fit`` (keras-team/keras#20585); tf-keras can. Set the
+    variable when tf-keras is installed and nobody chose; refuse a multi-worker launch that would hit Keras 3.
+
+    Raises:
+        UsageError: multi-worker job, Keras 3 installed, no tf-keras, and ``--allow-keras3`` not given.
+    """
+    user_choice = environ.get(LEGACY_KERAS) or dict(spec.env).get(LEGACY_KERAS)
+    has_tf_keras = importlib.util.find_spec("tf_keras") is not None
+    distributed = spec.workers + int(spec.chief) > 1 or spec.ps > 0
+    if user_choice is None:
+        if has_tf_keras:
+            return True
+        keras = _installed_version("keras")
+        if distributed and keras and keras.startswith("3") and not spec.allow_keras3:
+            raise UsageError(
+                f"this multi-worker launch would run Keras {keras}, which cannot train with "
+                "MultiWorkerMirroredStrategy or ParameterServerStrategy (keras-team/keras#20585)",
+                hint="pip install 'tf-keras==<TF minor>.*' (or tfdist[cpu]); --allow-keras3 if the script has its "
+                     "own training loop")
+    return False

@@ -1,0 +1,280 @@
+"""The supervisor: starts every task of a job, watches them, tears the whole group down on the first failure, and
+restarts it (the training resumes from its checkpoint) until it succeeds or the restart budget is spent.
+
+States of the group, and their transitions::
+
+    INIT -> STARTING -> RUNNING -> SUCCEEDED
+                          |  \\-> STOPPING (launcher got SIGTERM/SIGINT) -> PREEMPTED | INTERRUPTED
+                          v
+                        FAILED (a task failed or hung) -> RESTARTING -> STARTING ...
+                          \\-> (budget spent) FAILED, final
+
+Success rule (as Kubeflow's TFJob): the job succeeds when the chief (worker 0 without a chief) exits 0; the other
+tasks are then given a moment to finish and the rest (parameter servers, evaluator) are stopped. A parameter server
+that exits at all, or a chief/worker that exits non-zero, fails the attempt. The evaluator's failure is reported but
+does not stop training. Task indices are not stable identities across restarts: an attempt restarts every task.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from enum import Enum
+from types import FrameType
+from typing import Mapping
+
+from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_step
+from tfdist.launch.ports import free_ports, ports_from_base
+from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
+from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
+
+log = logging.getLogger("tfdist.launch")
+
+# Lines in a task's stderr that mean it lost the race for its port (gRPC and Python spellings).
+PORT_CONFLICT_MARKERS = ("Address already in use", "Failed to add port", "EADDRINUSE", "Could not start gRPC server")
+MAX_PORT_RETRIES = 5
+# How long the other training tasks may take to finish on their own once the leader has succeeded.
+AFTER_SUCCESS_WAIT_S = 10.0
+# Before its first heartbeat a task may take this much longer than --hang-timeout (start-up, compiling the step).
+STARTUP_ALLOWANCE_S = 60.0
+
+
+class GroupState(str, Enum):
+    INIT = "init"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RESTARTING = "restarting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    INTERRUPTED = "interrupted"
+
+
+class Supervisor:
+    """Runs a :class:`LaunchSpec` to completion. Use :meth:`run` once per instance."""
+
+    def __init__(self, spec: LaunchSpec, *, environ: Mapping[str, str] | None = None,
+                 legacy_keras: bool = False, console: Console | None = None) -> None:
+        self.spec = spec
+        self.environ = dict(os.environ if environ is None else environ)
+        self.legacy_keras = legacy_keras
+        self.run_id = uuid.uuid4().hex[:12]
+        self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
+        self.console = console or Console(enabled=spec.tee or spec.log_dir is None)
+        self.state = GroupState.INIT
+        self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
+        self._stop_signal: int | None = None
+        self._restart_times: list[float] = []
+
+    # -- signals -------------------------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._stop_signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: stop waiting for the grace period
+        self._stop_signal = signum
+
+    def _install_signal_handlers(self) -> dict[int, object]:
+        previous = {}
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                previous[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread (tests driving the supervisor from a thread)
+                pass
+        return previous
+
+    # -- events --------------------------------------------------------------------------------------------------
+    def _say(self, message: str) -> None:
+        print(f"tfdist: {message}", file=sys.stderr, flush=True)
+
+    def _set_state(self, state: GroupState) -> None:
+        self.state = state
+        log.debug("group state: %s", state.value)
+
+    # -- one attempt ---------------------------------------------------------------------------------------------
+    def _choose_ports(self) -> list[int]:
+        n = count_tasks(self.spec)
+        if self.spec.port_base is not None:
+            return ports_from_base(self.spec.port_base, n, self.spec.host)
+        return free_ports(n, self.spec.host)
+
+    def _start(self, attempt: int) -> list[TaskProcess]:
+        self._set_state(GroupState.STARTING)
+        attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
+        os.makedirs(attempt_dir, exist_ok=True)
+        layout = layout_for(self.spec, self._choose_ports())
+        plans = plan_tasks(self.spec, layout, run_id=self.run_id, attempt=attempt, log_dir=attempt_dir,
+                           gpus=visible_gpus(self.environ), legacy_keras=self.legacy_keras)
+        procs = []
+        try:
+            for plan in plans:
+                log_path = os.path.join(attempt_dir, f"{plan.task.type}-{plan.task.index}.log")
+                procs.append(spawn(plan, attempt=attempt, base_env=self.environ, log_path=log_path,
+                                   console=self.console))
+        except OSError:
+            stop_all(procs, 0.0)
+            raise
+        summary = ", ".join(f"{p.name} pid {p.pid} {p.plan.address}" for p in procs)
+        self._say(f"attempt {attempt}: started {len(procs)} task(s): {summary}")
+        if self.spec.metrics_port is not None:
+            urls = ", ".join(f"{p.name} http://{p.plan.env['TFDIST_METRICS_HOST']}:{p.plan.env['TFDIST_METRICS_PORT']}"
+                             f"/metrics" for p in procs)
+            self._say(f"metrics: {urls}")
+        self._set_state(GroupState.RUNNING)
+        return procs
+
+    def _failure(self, proc: TaskProcess) -> TaskFailure:
+        return TaskFailure(task=proc.name, pid=proc.pid, exit_code=proc.exit_code, log_path=proc.log_path,
+                           stderr_tail=tuple(proc.stderr_tail),
+                           error=read_error_file(proc.plan.env["TFDIST_ERROR_FILE"]))
+
+    def _hung(self, procs: list[TaskProcess], now: float) -> TaskProcess | None:
+        timeout = self.spec.hang_timeout
+        if timeout <= 0:
+            return None
+        for proc in procs:
+            if proc.plan.task.type not in ("chief", "worker") or proc.exit_code is not None:
+                continue
+            try:
+                last = os.stat(proc.plan.env["TFDIST_HEARTBEAT_FILE"]).st_mtime
+                silent_for = time.time() - last
+                limit = timeout
+            except OSError:  # no heartbeat yet: still starting
+                silent_for = now - proc.started_at
+                limit = timeout + STARTUP_ALLOWANCE_S
+            if silent_for > limit:
+                return proc
+        return None
+
+    def _watch(self, procs: list[TaskProcess], attempt: int, started: float) -> Attempt:
+        leader = next(p for p in procs if p.plan.task == self._leader(procs))
+        reported_evaluator = False
+        while True:
+            now = time.monotonic()
+            if self._stop_signal is not None:
+                cause = Cause.INTERRUPTED if self._stop_signal == signal.SIGINT else Cause.PREEMPTED
+                self._set_state(GroupState.STOPPING)
+                self._say(f"got {signal.Signals(self._stop_signal).name}: stopping all tasks")
+                stop_all(procs, self.spec.grace_period)
+                return Attempt(attempt, cause, now - started, step_reached=self._step(procs))
+            for proc in procs:
+                code = proc.poll()
+                if code is None:
+                    continue
+                role = proc.plan.task.type
+                if proc is leader and code == 0:
+                    self._finish_success(procs)
+                    return Attempt(attempt, Cause.SUCCEEDED, time.monotonic() - started,
+                                   step_reached=self._step(procs))
+                if role == "evaluator":
+                    if code != 0 and not reported_evaluator:
+                        self._say(f"evaluator failed ({self._failure(proc).headline}); training goes on")
+                        reported_evaluator = True
+                    continue
+                if code == 0 and role != "ps":
+                    continue  # a worker may finish a moment before the leader
+                failure = self._failure(proc)
+                cause = Cause.PORT_CONFLICT if self._lost_port_race(proc) else Cause.TASK_FAILED
+                self._set_state(GroupState.FAILED)
+                self._say(f"{failure.headline}: stopping the group")
+                stop_all(procs, self.spec.grace_period)
+                return Attempt(attempt, cause, time.monotonic() - started, failure=failure,
+                               step_reached=self._step(procs))
+            stuck = self._hung(procs, now)
+            if stuck is not None:
+                self._set_state(GroupState.FAILED)
+                self._say(f"{stuck.name} (pid {stuck.pid}) made no progress for {self.spec.hang_timeout:.0f}s: "
+                          "stopping the group")
+                stop_all(procs, self.spec.grace_period, first_signal=signal.SIGKILL)
+                failure = self._failure(stuck)
+                return Attempt(attempt, Cause.HUNG, time.monotonic() - started, failure=failure,
+                               step_reached=self._step(procs), detail=f"no heartbeat for {self.spec.hang_timeout:g}s")
+            time.sleep(self.spec.monitor_interval)
+
+    @staticmethod
+    def _leader(procs: list[TaskProcess]):
+        tasks = [p.plan.task for p in procs]
+        chiefs = [t for t in tasks if t.type == "chief"]
+        return chiefs[0] if chiefs else next(t for t in tasks if t.type == "worker" and t.index == 0)
+
+    @staticmethod
+    def _lost_port_race(proc: TaskProcess) -> bool:
+        elapsed = (proc.ended_at or time.monotonic()) - proc.started_at
+        return elapsed < 60 and any(m in line for line in proc.stderr_tail for m in PORT_CONFLICT_MARKERS)
+
+    @staticmethod
+    def _step(procs: list[TaskProcess]) -> int | None:
+        steps = [read_step(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in procs if p.plan.task.type in
+                 ("chief", "worker")]
+        known = [s for s in steps if s is not None]
+        return max(known) if known else None
+
+    def _finish_success(self, procs: list[TaskProcess]) -> None:
+        """Leader done: let the other training tasks finish on their own, then stop everyone left."""
+        deadline = time.monotonic() + AFTER_SUCCESS_WAIT_S
+        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
+        while time.monotonic() < deadline and any(p.poll() is None for p in trainers):
+            time.sleep(self.spec.monitor_interval)
+        stop_all(procs, self.spec.grace_period)
+        self._set_state(GroupState.SUCCEEDED)
+
+    # -- the restart loop ----------------------------------------------------------------------------------------
+    def _may_restart(self) -> bool:
+        now = time.monotonic()
+        window = self.spec.restart_window
+        recent = [t for t in self._restart_times if window <= 0 or now - t < window]
+        return len(recent) < self.spec.max_restarts
+
+    def _backoff(self) -> float:
+        if self.spec.backoff <= 0:
+            return 0.0
+        return min(self.spec.backoff_max, self.spec.backoff * 2 ** max(0, len(self._restart_times) - 1))
+
+    def run(self) -> LaunchResult:
+        """Start, watch and restart the group; returns when the job has succeeded, failed for good, or was stopped."""
+        previous = self._install_signal_handlers()
+        self._say(f"job {self.run_id}: logs in {self.log_dir}")
+        port_retries = 0
+        attempt = 0
+        try:
+            while True:
+                started = time.monotonic()
+                procs = self._start(attempt)
+                outcome = self._watch(procs, attempt, started)
+                self.result.attempts.append(outcome)
+                if outcome.cause in (Cause.SUCCEEDED, Cause.PREEMPTED, Cause.INTERRUPTED):
+                    final = {Cause.SUCCEEDED: GroupState.SUCCEEDED, Cause.PREEMPTED: GroupState.PREEMPTED,
+                             Cause.INTERRUPTED: GroupState.INTERRUPTED}[outcome.cause]
+                    self._set_state(final)
+                    return self.result
+                if outcome.cause is Cause.PORT_CONFLICT and port_retries < MAX_PORT_RETRIES \
+                        and self.spec.port_base is None:
+                    port_retries += 1
+                    self._say("a task lost its port to another program: retrying with fresh ports")
+                    attempt += 1
+                    continue
+                if not self._may_restart():
+                    self._set_state(GroupState.FAILED)
+                    return self.result
+                self._set_state(GroupState.RESTARTING)
+                self._restart_times.append(time.monotonic())
+                delay = self._backoff()
+                self._say(f"restarting the group ({len(self._restart_times)}/{self.spec.max_restarts})"
+                          + (f" in {delay:.1f}s" if delay else ""))
+                if delay:
+                    self._sleep_unless_stopped(delay)
+                    if self._stop_signal is not None:
+                        return self.result
+                attempt += 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and self._stop_signal is None:
+            time.sleep(min(0.1, self.spec.monitor_interval * 2))

@@ -1,0 +1,177 @@
+"""Helpers a training script would otherwise copy from TensorFlow's multi-worker tutorial."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tfdist.runtime.cluster import cluster_info
+from tfdist.runtime.reporting import Heartbeat
+
+# Save a fault-tolerance checkpoint every this many steps unless told otherwise. A killed group loses at most this
+# many steps; the overhead is measured by bench/recovery.py.
+DEFAULT_SAVE_EVERY_STEPS = int(os.environ.get("TFDIST_SAVE_EVERY_STEPS", "100"))
+
+_state: dict[str, Any] = {"resumed_from_step": 0, "scratch_dirs": []}
+
+
+def is_chief() -> bool:
+    """True in the task that writes checkpoints and summaries (the chief, or worker 0 without one)."""
+    return cluster_info().is_chief
+
+
+def task() -> tuple[str, int]:
+    """``(task_type, task_index)`` of this process."""
+    info = cluster_info()
+    return info.task_type, info.task_index
+
+
+def global_batch_size(per_replica: int, strategy: Any) -> int:
+    """The batch size to give ``tf.data`` so that each replica sees ``per_replica`` examples per step."""
+    return int(per_replica) * int(strategy.num_replicas_in_sync)
+
+
+def shard(dataset: Any, *, by_file: bool = False) -> Any:
+    """Tell ``tf.data`` how to split ``dataset`` among workers.
+
+    In-memory datasets (``from_tensor_slices``) have no files to split, so sharding is by data (every worker reads all
+    and keeps its share); datasets read from many files can pass ``by_file=True``.
+    """
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    policy = tf.data.experimental.AutoShardPolicy
+    options.experimental_distribute.auto_shard_policy = policy.FILE if by_file else policy.DATA
+    return dataset.with_options(options)
+
+
+def _writable_dir(base: str | os.PathLike[str], name: str) -> str:
+    """``base/name`` in the chief; a scratch directory elsewhere (deleted at exit by :func:`cleanup`), so that every
+    worker can write its copy, as collective saving requires, without two writing the same files."""
+    if is_chief():
+        path = Path(base) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+    task_type, index = task()
+    scratch = tempfile.mkdtemp(prefix=f"tfdist-{task_type}{index}-{name}-")
+    _state["scratch_dirs"].append(scratch)
+    return scratch
+
+
+def checkpoint_dir(model_dir: str | os.PathLike[str]) -> str:
+    """Where this task writes model checkpoints (chief: ``model_dir/checkpoints``)."""
+    return _writable_dir(model_dir, "checkpoints")
+
+
+def tensorboard_dir(model_dir: str | os.PathLike[str]) -> str:
+    """Where this task writes TensorBoard summaries (chief: ``model_dir/logs``)."""
+    return _writable_dir(model_dir, "logs")
+
+
+def backup_dir(model_dir: str | os.PathLike[str]) -> str:
+    """The fault-tolerance backup directory. The same path is given to every worker: ``BackupAndRestore`` itself
+    sends non-chief writes to per-worker temporary folders."""
+    return str(Path(model_dir) / "backup")
+
+
+def cleanup() -> None:
+    """Delete this task's scratch directories."""
+    while _state["scratch_dirs"]:
+        shutil.rmtree(_state["scratch_dirs"].pop(), ignore_errors=True)
+
+
+def resumed_from_step() -> int:
+    """The training step restored from the fault-tolerance checkpoint at the start of ``fit`` (0 on a fresh start)."""
+    return int(_state["resumed_from_step"])
+
+
+def _callback_types() -> dict[str, type]:
+    import tensorflow as tf
+
+    class ResumeTracker(tf.keras.callbacks.Callback):
+        """Records the step ``BackupAndRestore`` restored (it runs first, in ``on_train_begin``)."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            iterations = getattr(self.model.optimizer, "iterations", None)
+            _state["resumed_from_step"] = int(iterations.numpy()) if iterations is not None else 0
+
+    class HeartbeatCallback(tf.keras.callbacks.Callback):
+        """Tells the launcher's hang watchdog that training makes progress."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.heartbeat = Heartbeat()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.heartbeat.beat(batch)
+
+    return {"ResumeTracker": ResumeTracker, "HeartbeatCallback": HeartbeatCallback}
+
+
+def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None = None,
+              tensorboard: bool = True, fault_tolerance: bool = True) -> list[Any]:
+    """The Keras callbacks a distributed job wants, in the order they must run.
+
+    - ``BackupAndRestore`` every ``save_every_steps`` steps, so a restarted group resumes from the last saved step
+      (not from the last epoch);
+    - a tracker behind :func:`resumed_from_step`;
+    - a heartbeat for the launcher's hang watchdog;
+    - Prometheus metrics and ``/healthz`` when ``TFDIST_METRICS_PORT`` is set (``tfdist launch --metrics-port``);
+    - TensorBoard summaries, written by the chief only.
+
+    Args:
+        model_dir: shared directory for backups, checkpoints and logs.
+        save_every_steps: fault-tolerance save interval in steps (default ``TFDIST_SAVE_EVERY_STEPS`` or 100).
+        tensorboard: add the TensorBoard callback.
+        fault_tolerance: add ``BackupAndRestore`` (not supported under ParameterServerStrategy).
+    """
+    import tensorflow as tf
+
+    types = _callback_types()
+    result: list[Any] = []
+    info = cluster_info()
+    if fault_tolerance and not info.num_ps:
+        every = save_every_steps or DEFAULT_SAVE_EVERY_STEPS
+        backup = tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq=every)
+        # tf-keras refuses OneDeviceStrategy only because it is missing from this list; a one-device run checkpoints
+        # exactly like the default strategy does, and strategy() returns OneDeviceStrategy for one device.
+        supported = getattr(backup, "_supported_strategies", None)
+        if isinstance(supported, tuple):
+            backup._supported_strategies = supported + (tf.distribute.OneDeviceStrategy,)
+        result.append(backup)
+    result.append(types["ResumeTracker"]())
+    result.append(types["HeartbeatCallback"]())
+    metrics_callback = _metrics_callback()
+    if metrics_callback is not None:
+        result.append(metrics_callback)
+    if tensorboard:
+        result.append(tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir(model_dir), update_freq=50,
+                                                     profile_batch=0, write_graph=False))
+    return result
+
+
+def _metrics_callback() -> Any:
+    try:
+        from tfdist.runtime import metrics
+    except ImportError:
+        return None
+    server = metrics.start_from_env()
+    return metrics.keras_callback(server) if server is not None else None
+
+
+def save_model(model: Any, path: str | os.PathLike[str]) -> str | None:
+    """Save ``model`` the way a multi-worker job must: every worker saves (saving is collective), only the chief's
+    copy lands at ``path``; the others go to scratch directories that are deleted. Returns the chief's path."""
+    target = Path(path)
+    if is_chief():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        model.save(str(target))
+        return str(target)
+    scratch = Path(tempfile.mkdtemp(prefix="tfdist-save-"))
+    try:
+        model.save(str(scratch / target.name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return None
