@@ -1,0 +1,73 @@
+"""``tfdist lock``: resolve a hash-pinned TensorFlow environment for a target machine."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tfdist.cli.common import emit_json, option
+
+
+@click.command(name="lock")
+@option("--tf", required=True, help="TensorFlow version: 2.21 (newest patch) or 2.21.0.")
+@option("--gpu/--cpu", "gpu", default=True, show_default=True,
+        help="GPU: tensorflow[and-cuda] (CUDA/cuDNN as pip wheels). CPU: tensorflow-cpu.")
+@option("--python", default="3.11", show_default=True, help="Target Python version X.Y.")
+@option("--platform", default="linux-x86_64", show_default=True,
+        type=click.Choice(["linux-x86_64", "linux-aarch64"]), help="Target platform.")
+@option("--glibc", default="2.28", show_default=True, help="Target glibc (manylinux level); 2.28 = Debian 10+, "
+        "Ubuntu 20.04+, RHEL 8+.")
+@option("--mirror", metavar="NAME", help="Resolve through this mirror (see tfdist mirror list); the lock does not "
+        "name it.")
+@option("-r", "--requirement", "requirements", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+        help="Extra requirements file to lock with TensorFlow (repeatable).")
+@option("-o", "--output", default="requirements.lock", show_default=True, type=click.Path(dir_okay=False),
+        help="Lock file to write ('-' for stdout).")
+@option("--conda", "conda", type=click.Path(dir_okay=False), metavar="ENVIRONMENT_YML",
+        help="Also write a conda environment.yml with this Python and the lock as its pip section.")
+@option("--json", "as_json", is_flag=True, help="Print a versioned JSON summary.")
+def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: str | None,
+            requirements: tuple[Path, ...], output: str, conda: str | None, as_json: bool) -> int:
+    """Pin TensorFlow and everything it needs, with hashes, for the target Python and platform.
+
+    Resolves with uv's pip compile; impossible combinations (a Python the TF release has no wheels for, a glibc
+    below its wheels' floor) are refused with the reason. Install the result with
+    pip install --require-hashes -r requirements.lock.
+    """
+    from tfdist.deploy.lock import LockSpec, parse_header, render_conda, resolve
+    from tfdist.errors import UsageError
+
+    index = None
+    if mirror:
+        from tfdist.mirror.catalog import get_mirror
+
+        chosen = get_mirror(mirror)
+        if not chosen.pip_index:
+            raise UsageError(f"mirror {mirror!r} has no PyPI index", hint="pick another with tfdist mirror list")
+        index = chosen.pip_index
+    spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,
+                    mirror_index=index, extra_requirements=tuple(requirements))
+    name = "requirements.lock" if output == "-" else Path(output).name
+    print(f"tfdist lock: resolving TensorFlow {tf} ({spec.flavour}) for Python {python} on {spec.uv_platform}"
+          + (f" through mirror {mirror}" if mirror else ""), file=sys.stderr)
+    result = resolve(spec, output_name=name)
+    if output == "-":
+        sys.stdout.write(result.text)
+    else:
+        Path(output).write_text(result.text, encoding="utf-8")
+    if conda:
+        Path(conda).write_text(render_conda(result.text, parse_header(result.text), name), encoding="utf-8")
+    tf_dist = "tensorflow" if gpu else "tensorflow-cpu"
+    if as_json:
+        emit_json("lock", {"output": output, "conda": conda, "tf": tf, "flavour": spec.flavour, "python": python,
+                           "platform": spec.uv_platform, "packages": len(result.pins), "pins": result.pins,
+                           "seconds": round(result.seconds, 2)})
+        return 0
+    out = sys.stderr if output == "-" else sys.stdout
+    print(f"locked {len(result.pins)} packages ({tf_dist} {result.pins.get(tf_dist, '?')}) "
+          f"in {result.seconds:.1f} s", file=out)
+    if output != "-":
+        print(f"wrote {output}" + (f" and {conda}" if conda else ""), file=out)
+        print(f"install: pip install --require-hashes -r {output}", file=out)
+    return 0
