@@ -1,0 +1,213 @@
+"""``tfdist mirror``: speed-test package mirrors and switch pip, uv and conda to one, losing nothing.
+
+Thin layer: parse flags, build typed requests, call :mod:`tfdist.mirror`, render. Core modules are imported inside
+the commands so ``tfdist --help`` stays fast.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tfdist.cli.common import emit_json, option
+from tfdist.status import ExitStatus
+
+_URL_HELP = "Add an ad-hoc pip/uv mirror as NAME=URL (repeatable)."
+_INSECURE_HELP = "Allow plain-http mirror URLs (certificates of https mirrors are always checked)."
+
+
+def _paths(root: str | None) -> Any:
+    from tfdist.mirror.paths import ConfigPaths
+
+    return ConfigPaths.from_env(root=Path(root) if root else None)
+
+
+def _targets(only: str | None, urls: tuple[str, ...], allow_insecure: bool) -> tuple[list[Any], dict[str, Any]]:
+    from tfdist.errors import UsageError
+    from tfdist.mirror.catalog import get_mirror, load_catalog, parse_adhoc
+    from tfdist.mirror.probe import ProbeTarget
+
+    extra = parse_adhoc(urls, allow_insecure=allow_insecure)
+    if only:
+        names = [n.strip().lower() for n in only.split(",") if n.strip()]
+        mirrors = [get_mirror(n, extra) for n in names]
+    else:
+        mirrors = [*load_catalog().values(), *extra.values()]
+    targets = [ProbeTarget(m.name, m.pip_index) for m in mirrors if m.pip_index]
+    if not targets:
+        raise UsageError("no mirror to probe", hint="check --only")
+    return targets, extra
+
+
+def _probe(targets: list[Any], timeout: float, allow_insecure: bool, max_bytes: int | None, live: bool) -> Any:
+    from tfdist.errors import UsageError
+    from tfdist.mirror.catalog import probe_defaults
+    from tfdist.mirror.probe import ProbeConfig, ProbeReport, probe_all
+
+    if not 0 < timeout <= 600:
+        raise UsageError(f"--timeout {timeout} is out of range", hint="give seconds between 0 and 600")
+    defaults = probe_defaults()
+    config = ProbeConfig(timeout=timeout, project=defaults.project, max_bytes=max_bytes or defaults.max_bytes,
+                         allow_insecure=allow_insecure)
+    started = time.monotonic()
+    if live and sys.stdout.isatty():
+        from tfdist.mirror.render import LiveProgress
+
+        with LiveProgress() as progress:
+            results = probe_all(targets, config, on_update=progress.update)
+    else:
+        results = probe_all(targets, config)
+    return ProbeReport(results=tuple(results), wall_s=time.monotonic() - started, timeout=timeout)
+
+
+@click.group(name="mirror")
+def command() -> None:
+    """Speed-test package mirrors; switch pip, uv and conda to one (with backups and restore)."""
+
+
+@command.command(name="list")
+@option("--json", "as_json", is_flag=True, help="Print the catalog as versioned JSON.")
+def list_command(as_json: bool) -> int:
+    """Show the known mirrors, their indexes, conda channels and caveats."""
+    from tfdist.mirror.catalog import load_catalog
+    from tfdist.mirror.render import mirror_rows, print_list
+
+    mirrors = list(load_catalog().values())
+    if as_json:
+        emit_json("mirror.list", {"mirrors": mirror_rows(mirrors)})
+    else:
+        print_list(mirrors)
+    return ExitStatus.SUCCESS
+
+
+@command.command(name="test")
+@option("--only", metavar="A,B", help="Probe only these mirrors (comma-separated names).")
+@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--timeout", type=float, default=5.0, show_default=True, help="Seconds for the whole probe (run concurrently).")
+@option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
+@option("--max-bytes", type=click.IntRange(min=1), default=None, hidden=True, help="Download bound per mirror.")
+@option("--json", "as_json", is_flag=True, help="Print the ranked results as versioned JSON.")
+def test_command(only: str | None, urls: tuple[str, ...], timeout: float, allow_insecure: bool,
+                 max_bytes: int | None, as_json: bool) -> int:
+    """Probe mirrors concurrently (first-byte latency, throughput, errors) and rank them."""
+    from tfdist.mirror.render import print_results, result_rows
+
+    targets, _ = _targets(only, urls, allow_insecure)
+    report = _probe(targets, timeout, allow_insecure, max_bytes, live=not as_json)
+    if as_json:
+        emit_json("mirror.test", {"timeout_s": timeout, "wall_s": round(report.wall_s, 3),
+                                  "results": result_rows(report.results)})
+    else:
+        print_results(report.results, report.wall_s)
+    return ExitStatus.SUCCESS if any(r.usable for r in report.results) else ExitStatus.ERROR
+
+
+@command.command(name="use")
+@click.argument("name", metavar="NAME|fastest")
+@option("--tool", "tools", metavar="pip,uv,conda", help="Tools to switch (default: pip, uv, and conda if present).")
+@option("--scope", type=click.Choice(["user", "global", "site"]), default="user", show_default=True,
+        help="Which of each tool's config files to edit.")
+@option("--dry-run", is_flag=True, help="Print a diff of each file and write nothing.")
+@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--only", metavar="A,B", help="With 'fastest': probe only these mirrors.")
+@option("--timeout", type=float, default=5.0, show_default=True, help="With 'fastest': seconds for the probe.")
+@option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
+@option("--root", type=click.Path(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
+@option("--json", "as_json", is_flag=True, help="Print what was (or would be) changed as versioned JSON.")
+def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: tuple[str, ...], only: str | None,
+                timeout: float, allow_insecure: bool, root: str | None, as_json: bool) -> int:
+    """Switch pip, uv and conda to mirror NAME (or the fastest one), backing up every file first."""
+    from tfdist.errors import TfdistError
+    from tfdist.mirror.catalog import check_url, get_mirror, parse_adhoc
+    from tfdist.mirror.paths import parse_tools
+    from tfdist.mirror.probe import fastest
+    from tfdist.mirror.render import print_results, print_switch, switch_data
+    from tfdist.mirror.switch import SwitchRequest, apply, plan
+
+    paths = _paths(root)
+    wanted_tools = parse_tools(tools)
+    if name.strip().lower() == "fastest":
+        targets, extra = _targets(only, urls, allow_insecure)
+        report = _probe(targets, timeout, allow_insecure, None, live=not as_json)
+        if not as_json:
+            print_results(report.results, report.wall_s)
+        best = fastest(report.results)
+        if best is None:
+            raise TfdistError("no mirror answered the speed test", hint="check the network or raise --timeout",
+                              reference="mirror-none-reachable")
+        mirror = get_mirror(best.name, extra)
+    else:
+        mirror = get_mirror(name, parse_adhoc(urls, allow_insecure=allow_insecure))
+    if mirror.pip_index:
+        check_url(mirror.pip_index, allow_insecure=allow_insecure)
+    request = SwitchRequest(mirror=mirror, tools=wanted_tools, scope=scope, dry_run=dry_run)  # type: ignore[arg-type]
+    result = plan(request, paths)
+    if not dry_run:
+        result = apply(result, paths)
+    if as_json:
+        emit_json("mirror.use", {"dry_run": dry_run, **switch_data(result)})
+    else:
+        print_switch(result, dry_run=dry_run)
+    return ExitStatus.SUCCESS
+
+
+@command.command(name="restore")
+@option("--tool", "tools", metavar="pip,uv,conda", help="Restore only these tools' files.")
+@option("--dry-run", is_flag=True, help="Say what would be restored and change nothing.")
+@option("--json", "as_json", is_flag=True, help="Print what was restored as versioned JSON.")
+def restore_command(tools: str | None, dry_run: bool, as_json: bool) -> int:
+    """Put back the original bytes of every file tfdist changed (and remove files it created)."""
+    from tfdist.mirror.backup import BackupStore
+    from tfdist.mirror.paths import parse_tools
+    from tfdist.mirror.render import print_restore
+
+    actions = BackupStore(_paths(None)).restore(parse_tools(tools), dry_run=dry_run)
+    if as_json:
+        emit_json("mirror.restore", {"dry_run": dry_run, "files": [
+            {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note} for a in actions]})
+    else:
+        print_restore(actions, dry_run=dry_run)
+    return ExitStatus.SUCCESS
+
+
+@command.command(name="status")
+@option("--json", "as_json", is_flag=True, help="Print the status as versioned JSON.")
+def status_command(as_json: bool) -> int:
+    """Show which index pip, uv and conda use now, and the file or variable that sets it."""
+    from tfdist.mirror.backup import BackupStore
+    from tfdist.mirror.render import print_status, status_data
+    from tfdist.mirror.status import all_status
+
+    paths = _paths(None)
+    statuses = all_status(paths)
+    backups = [e.__dict__ for e in BackupStore(paths).entries().values()]
+    if as_json:
+        emit_json("mirror.status", status_data(statuses, backups))
+    else:
+        print_status(statuses, backups)
+    return ExitStatus.SUCCESS
+
+
+@command.command(name="env")
+@click.argument("name")
+@option("--dockerfile", is_flag=True, help="Print a Dockerfile ENV instruction instead of shell exports.")
+@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
+@option("--json", "as_json", is_flag=True, help="Print the variables as versioned JSON.")
+def env_command(name: str, dockerfile: bool, urls: tuple[str, ...], allow_insecure: bool, as_json: bool) -> int:
+    """Print the environment variables (PIP_INDEX_URL, UV_DEFAULT_INDEX, ...) that select mirror NAME."""
+    from tfdist.mirror.catalog import get_mirror, parse_adhoc
+    from tfdist.mirror.envvars import dockerfile_snippet, mirror_environment, shell_lines
+
+    mirror = get_mirror(name, parse_adhoc(urls, allow_insecure=allow_insecure))
+    env = mirror_environment(mirror)
+    if as_json:
+        emit_json("mirror.env", {"mirror": mirror.name, "environment": env})
+    elif dockerfile:
+        sys.stdout.write(dockerfile_snippet(mirror, env))
+    else:
+        sys.stdout.write(f"# {mirror.title}\n" + shell_lines(env))
+    return ExitStatus.SUCCESS

@@ -1,0 +1,300 @@
+"""``mirror test``: probe every mirror at once and rank them.
+
+Each mirror gets its own thread that (1) fetches the simple-index page of a real project and times the first byte,
+(2) checks that the PEP 658 ``.metadata`` file the page advertises really exists (mirrors that lack it make pip and
+uv fail with 404), and (3) downloads the project's newest wheel, bounded by ``max_bytes``, to measure throughput.
+All probes share one deadline, so the whole test takes about one timeout however many mirrors there are; a probe
+still running at the deadline is judged on what it managed so far.
+"""
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field, replace
+from html.parser import HTMLParser
+from typing import Callable, Sequence
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from tfdist import __version__
+
+CHUNK = 64 * 1024
+PAGE_LIMIT = 16 * 1024 * 1024
+# Ranking estimates the time to fetch one index page plus this many bytes of wheels: throughput dominates, as it
+# does when installing TensorFlow and its CUDA wheels, while latency still separates mirrors of equal bandwidth.
+REFERENCE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """A mirror to probe: its name and PEP 503 index root."""
+
+    name: str
+    index_url: str
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """How to probe.
+
+    Attributes:
+        timeout: seconds for the whole probe (all mirrors run concurrently within it).
+        project: the project whose simple page is fetched and whose newest wheel is downloaded.
+        max_bytes: download at most this many bytes of the wheel.
+        allow_insecure: allow plain-http URLs and https->http redirects.
+        ssl_context: TLS settings (default: the system trust store; certificates are always verified).
+        check_metadata: also check the advertised PEP 658 ``.metadata`` file.
+    """
+
+    timeout: float = 5.0
+    project: str = "pip"
+    max_bytes: int = 4 * 1024 * 1024
+    allow_insecure: bool = False
+    ssl_context: ssl.SSLContext | None = None
+    check_metadata: bool = True
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one mirror's probe found.
+
+    ``status`` is ``ok`` (index and download measured), ``partial`` (index reachable but no throughput figure),
+    ``error`` or ``timeout``.
+    """
+
+    name: str
+    index_url: str
+    status: str = "pending"
+    phase: str = "connecting"
+    ttfb_s: float | None = None
+    downloaded: int = 0
+    throughput_bps: float | None = None
+    file_url: str | None = None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+    estimate_s: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Whether pip/uv could use this mirror (its index page answered)."""
+        return self.status in ("ok", "partial")
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.links.append(dict(attrs))
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follow redirects (MirrorZ redirects to a campus mirror) but never from https down to http."""
+
+    def __init__(self, allow_insecure: bool) -> None:
+        self.allow_insecure = allow_insecure
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        if not self.allow_insecure and urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
+            raise urllib.error.URLError(f"refused redirect from https to {urlsplit(newurl).scheme}")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class _Probe:
+    """Mutable state of one running probe; the worker thread writes, the waiting thread snapshots."""
+
+    def __init__(self, target: ProbeTarget) -> None:
+        self.lock = threading.Lock()
+        self.result = ProbeResult(name=target.name, index_url=target.index_url)
+        self.first_byte_at: float | None = None
+        self.first_chunk = 0
+        self.last_byte_at: float | None = None
+        self.done = threading.Event()
+
+    def update(self, **changes: object) -> None:
+        with self.lock:
+            self.result = replace(self.result, **changes)  # type: ignore[arg-type]
+
+    def snapshot(self, now: float, final: bool) -> ProbeResult:
+        with self.lock:
+            result = self.result
+            first, last, first_chunk = self.first_byte_at, self.last_byte_at, self.first_chunk
+        throughput = result.throughput_bps
+        if throughput is None and first is not None and last is not None and last > first:
+            throughput = (result.downloaded - first_chunk) / (last - first)
+        if final and not self.done.is_set():
+            if result.ttfb_s is None:
+                return replace(result, status="timeout", error=result.error or "no answer before the deadline",
+                               phase="done")
+            result = replace(result, warnings=(*result.warnings, "download cut off at the deadline"))
+        status = result.status
+        if final and status == "pending":
+            status = "ok" if throughput else "partial"
+            if not throughput:
+                result = replace(result, warnings=(*result.warnings, "download too short to measure throughput"))
+        estimate = None
+        if throughput and result.ttfb_s is not None:
+            estimate = result.ttfb_s + REFERENCE_BYTES / throughput
+        if final:
+            return replace(result, status=status, throughput_bps=throughput, estimate_s=estimate, phase="done")
+        return replace(result, throughput_bps=throughput, estimate_s=estimate)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code} {error.reason}".strip()
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"TLS certificate not trusted ({reason.verify_message})"
+    if isinstance(reason, ssl.SSLError):
+        return f"TLS error ({reason.reason or reason})"
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return "stalled: no data before the deadline"
+    if isinstance(reason, ConnectionResetError):
+        return "connection reset by the server"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, (http.client.RemoteDisconnected, http.client.IncompleteRead)):
+        return "connection closed early"
+    if isinstance(reason, socket.gaierror):
+        return f"host not found ({reason.strerror})"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason)
+
+
+def _pick_wheel(page: bytes, page_url: str) -> tuple[str | None, bool]:
+    """Return the newest wheel's URL on a PEP 503 page (the last .whl link) and whether it advertises metadata."""
+    parser = _Links()
+    parser.feed(page.decode("utf-8", errors="replace"))
+    chosen: tuple[str | None, bool] = (None, False)
+    for attrs in parser.links:
+        href = attrs.get("href") or ""
+        path = urlsplit(href).path
+        if path.endswith(".whl"):
+            advertised = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
+            has_metadata = advertised is not None and advertised.lower() != "false"
+            parts = urlsplit(urljoin(page_url, href))
+            chosen = (urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, "")), has_metadata)
+    return chosen
+
+
+def _run(target: ProbeTarget, config: ProbeConfig, state: _Probe, deadline: float) -> None:
+    handlers: list[urllib.request.BaseHandler] = [_Redirects(config.allow_insecure)]
+    context = config.ssl_context or ssl.create_default_context()
+    handlers.append(urllib.request.HTTPSHandler(context=context))
+    opener = urllib.request.build_opener(*handlers)
+    headers = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+
+    def remaining() -> float:
+        return max(0.05, deadline - time.monotonic())
+
+    try:
+        page_url = f"{target.index_url.rstrip('/')}/{config.project}/"
+        started = time.monotonic()
+        with opener.open(urllib.request.Request(page_url, headers=headers), timeout=remaining()) as response:
+            state.update(ttfb_s=time.monotonic() - started, phase="index")
+            final_url = response.geturl()
+            page = response.read(PAGE_LIMIT)
+        file_url, has_metadata = _pick_wheel(page, final_url)
+        if file_url is None:
+            state.update(status="partial", error=f"no wheel of {config.project!r} on the index page", phase="done")
+            return
+        state.update(file_url=file_url)
+        if config.check_metadata and has_metadata:
+            state.update(phase="metadata")
+            try:
+                with opener.open(urllib.request.Request(file_url + ".metadata", headers=headers),
+                                 timeout=remaining()) as response:
+                    response.read(PAGE_LIMIT)
+            except urllib.error.HTTPError as missing:
+                state.update(warnings=(f"advertised .whl.metadata answers HTTP {missing.code}: pip and uv will fail "
+                                       "on this mirror (like tuna/issues#2415)",))
+        state.update(phase="download")
+        with opener.open(urllib.request.Request(file_url, headers=headers), timeout=remaining()) as response:
+            received = 0
+            while received < config.max_bytes and time.monotonic() < deadline:
+                chunk = response.read1(min(CHUNK, config.max_bytes - received))  # type: ignore[attr-defined]
+                if not chunk:
+                    break
+                now = time.monotonic()
+                received += len(chunk)
+                with state.lock:
+                    if state.first_byte_at is None:
+                        # Throughput is measured after the first chunk, so connection set-up is not counted.
+                        state.first_byte_at, state.first_chunk = now, len(chunk)
+                    state.last_byte_at = now
+                    state.result = replace(state.result, downloaded=received)
+        state.update(phase="done")
+    except Exception as error:  # noqa: BLE001 - every failure of a remote mirror becomes its result
+        state.update(status="error", error=_describe(error), phase="done")
+    finally:
+        state.done.set()
+
+
+def probe_all(targets: Sequence[ProbeTarget], config: ProbeConfig,
+              on_update: Callable[[list[ProbeResult]], None] | None = None,
+              clock: Callable[[], float] = time.monotonic) -> list[ProbeResult]:
+    """Probe every target concurrently and return the results ranked best first.
+
+    Args:
+        targets: the mirrors to probe.
+        config: timeout, project and download bound.
+        on_update: called about ten times a second with the current (unranked) results, for live progress.
+        clock: monotonic clock (injectable for tests).
+    """
+    deadline = clock() + config.timeout
+    probes = [_Probe(target) for target in targets]
+    for target, state in zip(targets, probes):
+        threading.Thread(target=_run, args=(target, config, state, deadline), name=f"probe-{target.name}",
+                         daemon=True).start()
+    while True:
+        now = clock()
+        if all(p.done.is_set() for p in probes) or now >= deadline:
+            break
+        if on_update is not None:
+            on_update([p.snapshot(now, final=False) for p in probes])
+        next(p for p in probes if not p.done.is_set()).done.wait(min(0.1, max(0.0, deadline - now)))
+    now = clock()
+    results = [p.snapshot(now, final=True) for p in probes]
+    if on_update is not None:
+        on_update(results)
+    return rank(results)
+
+
+def rank(results: Sequence[ProbeResult]) -> list[ProbeResult]:
+    """Order results best first: measured mirrors by estimated fetch time, then reachable ones by latency,
+    then failures by name."""
+
+    def key(result: ProbeResult) -> tuple[int, float, str]:
+        if result.status == "ok" and result.estimate_s is not None:
+            return (0, result.estimate_s, result.name)
+        if result.usable and result.ttfb_s is not None:
+            return (1, result.ttfb_s, result.name)
+        return (2, 0.0, result.name)
+
+    return sorted(results, key=key)
+
+
+def fastest(results: Sequence[ProbeResult]) -> ProbeResult | None:
+    """The best usable mirror in ranked ``results``, if any."""
+    for result in rank(results):
+        if result.usable:
+            return result
+    return None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """The ranked results and the wall time of the whole probe."""
+
+    results: tuple[ProbeResult, ...]
+    wall_s: float
+    timeout: float
+    extra: dict[str, object] = field(default_factory=dict)
