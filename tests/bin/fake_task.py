@@ -1,0 +1,77 @@
+"""A stand-in training task for launcher tests (no TensorFlow): behaves as its arguments say, per task.
+
+    fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
+                 [--first-attempt-only] [--spawn-child]
+
+Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+from tfdist import runtime  # noqa: E402  (installs the error hook, like a real script)
+from tfdist.runtime.reporting import Heartbeat  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("out_dir")
+    p.add_argument("--fail", action="append", default=[], help="TASK:CODE, e.g. worker:1:3")
+    p.add_argument("--raise", dest="raise_in", action="append", default=[])
+    p.add_argument("--sleep", type=float, default=0.2)
+    p.add_argument("--hang", action="append", default=[])
+    p.add_argument("--first-attempt-only", action="store_true")
+    p.add_argument("--spawn-child", action="store_true", help="start a grandchild that sleeps")
+    p.add_argument("--ignore-term", action="store_true")
+    args = p.parse_args()
+
+    info = runtime.cluster_info()
+    me = f"{info.task_type}:{info.task_index}"
+    attempt = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
+    os.makedirs(args.out_dir, exist_ok=True)
+    record = {"task": me, "pid": os.getpid(), "attempt": attempt, "tf_config": os.environ.get("TF_CONFIG"),
+              "env": {k: v for k, v in os.environ.items() if k.startswith(("TFDIST_", "TF_", "CUDA_", "NCCL_", "MY_"))}}
+    if args.spawn_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        record["child_pid"] = child.pid
+    with open(os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}-{attempt}.json"), "w") as f:
+        json.dump(record, f)
+    print(f"hello from {me} attempt {attempt}", flush=True)
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    active = not args.first_attempt_only or attempt == 0
+    heartbeat = Heartbeat(min_interval=0.0)
+    if active and me in args.hang:
+        heartbeat.beat(1)
+        time.sleep(3600)
+    if active and me in args.raise_in:
+        raise ValueError(f"boom in {me}")
+    for spec in args.fail:
+        task, _, code = spec.rpartition(":")
+        if active and task == me:
+            print(f"{me} failing with {code}", file=sys.stderr, flush=True)
+            return int(code)
+    if info.task_type == "ps":
+        time.sleep(3600)  # parameter servers serve until stopped
+    deadline = time.monotonic() + args.sleep
+    step = 0
+    while time.monotonic() < deadline:
+        step += 1
+        heartbeat.beat(step)
+        time.sleep(0.02)
+    if info.task_type == "evaluator":
+        time.sleep(3600)
+    print(f"{me} done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The supervisor with real processes (a stand-in task, no TensorFlow): success rules, restarts, reports, signals."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
+
+
+def launch(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfdist", "launch", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO_ROOT, **kw)
+
+
+def records(out: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+
+
+def alive(pids) -> list[int]:
+    result = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                result.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return result
+
+
+def wait_gone(pids, timeout=10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive(pids):
+        time.sleep(0.05)
+    return alive(pids)
+
+
+def test_two_workers_succeed_with_prefixed_output_and_logs(tmp_path):
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    result = launch("-n", "2", "--log-dir", str(logs), "--tee", "--env", "MY_FLAG=7", FAKE, str(out))
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] hello from worker:0 attempt 0" in result.stdout
+    assert "[worker:1] worker:1 done" in result.stdout
+    got = records(out)
+    assert set(got) == {"worker-0-0", "worker-1-0"}
+    assert all(r["env"]["MY_FLAG"] == "7" for r in got.values())
+    assert (logs / "attempt-0" / "worker-1.log").read_text().startswith("hello from worker:1")
+
+
+def test_failed_task_restarts_whole_group_then_succeeds(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--max-restarts", "2", "--backoff", "0", FAKE, str(out), "--fail", "worker:1:5",
+                    "--first-attempt-only", "--sleep", "1.0")
+    assert result.returncode == 0, result.stderr
+    got = records(out)
+    assert {"worker-0-0", "worker-1-0", "worker-0-1", "worker-1-1"} <= set(got)
+    assert "worker:1 (pid" in result.stderr and "exit code 5" in result.stderr
+    assert "restarting the group (1/2)" in result.stderr
+    assert "succeeded after 1 restart(s)" in result.stderr
+
+
+def test_exception_gives_root_cause_report_and_status_3(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out), "--raise", "worker:1")
+    assert result.returncode == 3
+    report = result.stderr[result.stderr.index("did not succeed"):]
+    assert "after 2 attempt(s)" in report
+    assert "root cause (attempt #1): worker:1" in report
+    assert "ValueError: boom in worker:1" in report
+    assert report.rstrip().endswith("ValueError: boom in worker:1")
+    assert len(records(out)) == 4
+
+
+def test_leader_success_stops_parameter_servers_and_evaluator(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "1", "--ps", "1", "--chief", "--evaluator", FAKE, str(out))
+    assert result.returncode == 0, result.stderr
+    got = records(out)
+    assert set(got) == {"chief-0-0", "worker-0-0", "ps-0-0", "evaluator-0-0"}
+    assert wait_gone([r["pid"] for r in got.values()]) == []
+
+
+def test_evaluator_failure_does_not_stop_training(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--evaluator", FAKE, str(out), "--fail", "evaluator:0:9", "--sleep", "1")
+    assert result.returncode == 0, result.stderr
+    assert "evaluator failed" in result.stderr and "training goes on" in result.stderr
+    assert "worker-0-1" not in records(out), "no restart for an evaluator failure"
+
+
+def test_parameter_server_exit_fails_the_attempt(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "1", "--ps", "1", "--chief", FAKE, str(out), "--fail", "ps:0:0", "--sleep", "5")
+    assert result.returncode == 3
+    assert "root cause (attempt #0): ps:0" in result.stderr
+
+
+def test_hang_is_detected_and_reported(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--hang-timeout", "1", FAKE, str(out), "--hang", "worker:1", "--sleep", "30")
+    assert result.returncode == 3
+    assert "worker:1" in result.stderr and "made no progress" in result.stderr
+    assert "#0: hung worker:1" in result.stderr
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_to_launcher_stops_every_task(tmp_path, sig, status):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "-n", "2", "--ps", "1", "--chief",
+                             "--grace-period", "1", FAKE, str(out), "--sleep", "60", "--spawn-child"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(list(out.glob("*.json"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    got = records(out)
+    assert len(got) == 4
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == status, err
+    pids = [r["pid"] for r in got.values()] + [r["child_pid"] for r in got.values()]
+    assert wait_gone(pids) == []
+
+
+def test_sigkill_of_launcher_leaves_no_task_alive(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "-n", "2", FAKE, str(out), "--sleep", "60",
+                             "--ignore-term"], cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while len(list(out.glob("*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [r["pid"] for r in records(out).values()]
+    assert len(pids) == 2 and alive(pids) == pids
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert wait_gone(pids) == []
+
+
+def test_dry_run_starts_nothing(tmp_path):
+    out = tmp_path / "out"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = launch("-n", "3", "--dry-run", FAKE, str(out))
+    assert result.returncode == 0 and result.stdout.count("command: ") == 3
+    assert not out.exists()
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
