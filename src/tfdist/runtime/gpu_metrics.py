@@ -3,6 +3,8 @@
 Keeping the ``DCGM_FI_*`` names and the ``gpu``/``UUID``/``pci_bus_id``/``device``/``modelName``/``Hostname`` labels
 means the dcgm-exporter Grafana dashboard (grafana.com 12239) and any alert rules written for it work unchanged on
 a task's ``/metrics``. Those names break Prometheus' naming conventions on purpose; tfdist's own metrics follow them.
+``promtool check metrics`` therefore reports, for these series only, what it reports for dcgm-exporter itself:
+camelCase label names (``UUID``, ``modelName``, ``Hostname``...) and a ``counter`` in ``PCIE_REPLAY_COUNTER``.
 
 NVML is read at scrape time only (nothing runs between scrapes) through the ``pynvml`` module of nvidia-ml-py, or
 any object with the same function surface (the tests pass NVML-shaped fixtures). Each field is read on its own:
@@ -40,13 +42,14 @@ class GpuField:
         name: the DCGM field name used as metric name.
         kind: ``gauge``, or ``counter`` for dcgm-exporter's counters (exposed untyped, see ``_family``).
         help: help text, with the unit dcgm-exporter uses.
-        read: ``read(nvml, handle) -> number``; raises ``nvml.NVMLError`` when the field is unsupported.
+        read: ``read(nvml, handle) -> number | None``; raises ``nvml.NVMLError`` (or returns None) when the
+            field is unsupported.
     """
 
     name: str
     kind: str
     help: str
-    read: Callable[[Any, Any], float]
+    read: Callable[[Any, Any], float | None]
 
 
 def _memory(nvml: Any, handle: Any) -> Any:
@@ -55,6 +58,12 @@ def _memory(nvml: Any, handle: Any) -> Any:
         return nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
     except (nvml.NVMLError, AttributeError, TypeError):
         return nvml.nvmlDeviceGetMemoryInfo(handle)
+
+
+def _reserved_mib(nvml: Any, handle: Any) -> float | None:
+    # Only the v2 structure has `reserved`; None leaves the field out.
+    reserved = getattr(_memory(nvml, handle), "reserved", None)
+    return None if reserved is None else reserved / _MIB
 
 
 FIELDS: tuple[GpuField, ...] = (
@@ -71,7 +80,7 @@ FIELDS: tuple[GpuField, ...] = (
     GpuField("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).",
              lambda n, h: _memory(n, h).used / _MIB),
     GpuField("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).",
-             lambda n, h: _memory(n, h).reserved / _MIB),
+             lambda n, h: _reserved_mib(n, h)),
     GpuField("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
              lambda n, h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
     GpuField("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
@@ -177,10 +186,13 @@ class NvmlCollector(Collector):
             family = _family(field)
             for device in self._devices:
                 try:
-                    value = float(field.read(self._nvml, device.handle))
+                    raw = field.read(self._nvml, device.handle)
                 except self._nvml.NVMLError as unsupported:
                     log.debug("%s unsupported on GPU %s: %s", field.name, device.labels[0], unsupported)
                     continue
+                if raw is None:
+                    continue
+                value = float(raw)
                 if value in _NOT_AVAILABLE or value >= _DCGM_BLANK_FLOOR:
                     continue
                 family.add_sample(field.name, dict(zip(GPU_LABELS, device.labels)), value)
