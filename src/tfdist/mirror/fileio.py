@@ -86,6 +86,10 @@ def read_text_file(path: Path) -> TextFile:
         info = real.stat()
     except FileNotFoundError:
         return TextFile(path=path, real=real, raw=None, text="")
+    except NotADirectoryError:
+        blocker = next((p for p in real.parents if p.exists() and not p.is_dir()), real.parent)
+        raise _fail(path, f"cannot be created because {blocker} is not a directory", "move that file away",
+                    "mirror-config-parent-not-directory") from None
     except OSError as error:
         raise _fail(path, f"cannot be examined ({error.strerror})", "check its permissions", "mirror-config-unreadable")
     if stat.S_ISDIR(info.st_mode):
