@@ -1,0 +1,101 @@
+"""Derived facts the checks share: the installed build, which GPUs are usable, where each library resolves."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfdist.doctor import compat
+from tfdist.doctor.facts import Facts, Library
+from tfdist.doctor.versions import minor_of, vtuple
+from tfdist.errors import UsageError
+
+
+@dataclass
+class Context:
+    """Everything the checks compute once from :class:`Facts`."""
+
+    facts: Facts
+    expect_gpu: bool
+    build: compat.TfBuild | None = None
+    tf_version: str | None = None
+    cuda: str | None = None
+    cudnn_major: str | None = None
+    compiled: tuple[str, ...] = ()
+    loader: dict[str, Library] = field(default_factory=dict)
+
+    @property
+    def linux(self) -> bool:
+        """Linux, including WSL2."""
+        return self.facts.system.platform.startswith("linux")
+
+    @property
+    def tf_installed(self) -> bool:
+        """At least one TensorFlow distribution (or the package itself) is present."""
+        tf = self.facts.tensorflow
+        return bool(tf.dists) or tf.package_dir is not None
+
+    @property
+    def cuda_build(self) -> bool:
+        """The installed TensorFlow files are a CUDA build."""
+        return self.facts.tensorflow.is_cuda_build is True
+
+    @property
+    def gpu_present(self) -> bool:
+        """An NVIDIA GPU is on this machine, whether or not its driver works."""
+        driver = self.facts.driver
+        return bool(driver.gpus or driver.pci_devices or driver.kernel_module_version) or driver.state in (
+            "not-loaded", "mismatch")
+
+    @property
+    def gpu_wanted(self) -> bool:
+        """The user asked for the GPU, or there is one to use."""
+        return self.expect_gpu or self.gpu_present
+
+    @property
+    def driver_ok(self) -> bool:
+        """The driver answered and lists GPUs."""
+        return self.facts.driver.state == "ok" and bool(self.facts.driver.gpus)
+
+    @property
+    def pip_libs_visible(self) -> bool:
+        """Whether this TF finds pip's nvidia-* libraries by itself (2.14+, except the broken 2.16 releases)."""
+        if self.tf_version is None or vtuple(self.tf_version)[:2] < (2, 14):
+            return False
+        broken = compat.load_data("cuda_libs")["pip_cuda_path_broken"]["versions"]
+        return minor_of(self.tf_version) not in broken
+
+
+def _loader_view(facts: Facts, pip_visible: bool) -> dict[str, Library]:
+    """Soname -> the file a dlopen() from TensorFlow would get: LD_LIBRARY_PATH first, then TF's own run path
+    into site-packages/nvidia (when it works), then the ldconfig cache."""
+    view: dict[str, Library] = {}
+    libs = facts.libraries.libraries
+    ordered = [lib for lib in libs if lib.origin == "LD_LIBRARY_PATH"]
+    if pip_visible:
+        ordered += [lib for lib in libs if lib.origin.startswith("pip")]
+    ordered += [lib for lib in libs if lib.origin == "ld-cache"]
+    ordered += [lib for lib in libs if lib.origin in ("cuda-toolkit", "wsl", "conda") and lib.on_loader_path]
+    for lib in ordered:
+        view.setdefault(lib.name, lib)
+    return view
+
+
+def build_context(facts: Facts, *, expect_gpu: bool = False) -> Context:
+    """Work out the installed build and the library resolution once for all checks."""
+    context = Context(facts=facts, expect_gpu=expect_gpu)
+    tf = facts.tensorflow
+    context.tf_version = tf.version
+    if tf.version:
+        try:
+            context.build = compat.tf_build(tf.version)
+        except UsageError:
+            context.build = None  # a nightly or a future release: rely on its build_info alone
+    info = tf.build_info
+    build = context.build
+    cuda = info.get("cuda_version") or (build.cuda_full if build else None)
+    context.cuda = str(cuda) if cuda else None
+    cudnn = info.get("cudnn_version") or (build.cudnn_major if build else None)
+    context.cudnn_major = str(cudnn).split(".")[0] if cudnn else None
+    compiled = info.get("cuda_compute_capabilities") or (build.compute_capabilities if build else ())
+    context.compiled = tuple(str(c) for c in compiled)  # type: ignore[union-attr]
+    context.loader = _loader_view(facts, context.pip_libs_visible)
+    return context

@@ -1,0 +1,130 @@
+"""The facts the probes collect: plain frozen dataclasses, serialised as they are into ``--json``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    """Operating system, interpreter and environment."""
+
+    platform: str
+    machine: str
+    os_name: str | None = None  # PRETTY_NAME of /etc/os-release
+    kernel: str | None = None
+    glibc: str | None = None
+    wsl: bool = False
+    container: str | None = None  # docker, podman, kubernetes, lxc, container
+    python_version: str = ""
+    python_executable: str = ""
+    environment: str = "system"  # venv, conda, system
+    environment_prefix: str | None = None
+    cuda_visible_devices: str | None = None
+    ld_library_path: tuple[str, ...] = ()
+    tf_use_legacy_keras: str | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One NVIDIA GPU as the driver (or the PCI bus) reports it."""
+
+    index: int
+    name: str
+    compute_capability: str | None = None
+    cc_source: str | None = None  # nvml, nvidia-smi, name-table
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """The NVIDIA driver: what answered, its versions and the GPUs it sees.
+
+    ``source`` is the probe that produced the versions (``nvml``, ``nvidia-smi``, ``proc``) or ``None``.
+    ``state`` summarises: ``ok``, ``absent`` (no driver, no device), ``not-loaded`` (device or tools present,
+    kernel driver not answering), ``mismatch`` (kernel module and user-space library disagree), ``no-devices``.
+    """
+
+    state: str
+    source: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # the highest CUDA this driver supports ("CUDA Version" of nvidia-smi)
+    kernel_module_version: str | None = None  # /proc/driver/nvidia/version
+    kernel_module_text: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    pci_devices: tuple[str, ...] = ()  # PCI addresses with NVIDIA vendor id and a display/3D class
+    dev_nodes: bool = False  # /dev/nvidia0 and friends exist
+    nvml_error: str | None = None
+    nvidia_smi: str | None = None  # path of the nvidia-smi that was run
+    nvidia_smi_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Library:
+    """A CUDA-related shared library file found on this machine."""
+
+    name: str  # the file name as found (soname or full name)
+    path: str
+    version: str | None
+    origin: str  # LD_LIBRARY_PATH, ld-cache, pip:<dist>, cuda-toolkit, wsl, conda
+    on_loader_path: bool  # whether a process started from this environment can dlopen() it by soname
+
+
+@dataclass(frozen=True)
+class LibraryFacts:
+    """CUDA, cuDNN, NCCL and driver libraries found, plus ptxas and toolkits."""
+
+    libraries: tuple[Library, ...] = ()
+    toolkits: tuple[str, ...] = ()  # /usr/local/cuda-12.5 ...
+    ptxas: str | None = None  # the ptxas found on PATH
+    pip_ptxas: str | None = None  # the one shipped by nvidia-cuda-nvcc-cu* in site-packages
+    ldconfig: str | None = None  # the ldconfig used for the loader cache, if any
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An installed Python distribution (from its dist-info folder name, no metadata scan)."""
+
+    name: str
+    version: str
+    location: str
+
+
+@dataclass(frozen=True)
+class TensorFlowFacts:
+    """What TensorFlow is installed and how it was built (read from files, never imported)."""
+
+    dists: tuple[Distribution, ...] = ()
+    package_dir: str | None = None
+    build_info_path: str | None = None
+    build_info_format: str | None = None  # module-assignments (2.0-2.2), dict (2.3), ordered-dict (2.4+)
+    build_info: dict[str, object] = field(default_factory=dict)
+    files_owner: str | None = None  # which dist's RECORD matches build_info.py when several are installed
+    keras: str | None = None
+    tf_keras: str | None = None
+    torch: str | None = None
+    torch_cudnn_pin: str | None = None
+    nvidia_wheels: dict[str, str] = field(default_factory=dict)  # nvidia-cudnn-cu12 -> 9.3.0.75
+
+    @property
+    def version(self) -> str | None:
+        """Version of the TensorFlow whose files are on disk (the owner's, else the first dist's)."""
+        for dist in self.dists:
+            if dist.name == self.files_owner:
+                return dist.version
+        return self.dists[0].version if self.dists else None
+
+    @property
+    def is_cuda_build(self) -> bool | None:
+        """build_info's ``is_cuda_build``; ``None`` when build_info could not be read."""
+        value = self.build_info.get("is_cuda_build")
+        return bool(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the probes found."""
+
+    system: SystemFacts
+    driver: DriverFacts
+    libraries: LibraryFacts
+    tensorflow: TensorFlowFacts

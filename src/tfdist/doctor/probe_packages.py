@@ -1,0 +1,161 @@
+"""Which TensorFlow distribution(s) are installed, how the installed files were built, and the Python packages
+around it (Keras 3 / tf-keras, torch, pip's nvidia-* wheels). Nothing is imported: folder names, ``RECORD`` and
+``build_info.py`` (parsed with :mod:`ast`) say it all."""
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tfdist.doctor import compat
+from tfdist.doctor.facts import Distribution, TensorFlowFacts
+from tfdist.doctor.roots import ProbeRoots
+
+_BUILD_INFO = ("tensorflow/python/platform/build_info.py", "tensorflow_core/python/platform/build_info.py")
+
+
+def normalize(name: str) -> str:
+    """PEP 503 normal form of a distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_distributions(site_dirs: tuple[Path, ...]) -> dict[str, Distribution]:
+    """Distributions in ``site_dirs`` by normalised name, the first one on the path winning (as imports do).
+
+    Only folder names are read: ``name-version.dist-info`` (and ``.egg-info``), which is what makes this fast
+    compared with ``importlib.metadata``, which parses every distribution's metadata.
+    """
+    found: dict[str, Distribution] = {}
+    for site in site_dirs:
+        try:
+            entries = os.listdir(site)
+        except OSError:
+            continue
+        for entry in entries:
+            for suffix in (".dist-info", ".egg-info"):
+                if entry.endswith(suffix):
+                    stem = entry[: -len(suffix)]
+                    name, _, version = stem.partition("-")
+                    if version:
+                        found.setdefault(normalize(name), Distribution(normalize(name), version.split("-")[0],
+                                                                       str(site / entry)))
+    return found
+
+
+def parse_build_info(text: str) -> tuple[str, dict[str, Any]]:
+    """Read a TensorFlow ``build_info.py`` without running it.
+
+    Three historical formats are handled: module-level assignments (2.0-2.2), ``build_info = {...}`` (2.3) and
+    ``build_info = collections.OrderedDict([...])`` (2.4+). Old key names (``cuda_version_number``) are mapped to
+    the current ones.
+
+    Returns:
+        (format name, the build_info mapping).
+
+    Raises:
+        ValueError: the text is not Python or has none of the three shapes.
+    """
+    tree = ast.parse(text)
+    info: dict[str, Any] = {}
+    shape = None
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name, value = node.targets[0].id, node.value
+        try:
+            if name == "build_info":
+                if isinstance(value, ast.Call) and value.args:
+                    info.update(dict(ast.literal_eval(value.args[0])))
+                    shape = "ordered-dict"
+                else:
+                    info.update(ast.literal_eval(value))
+                    shape = "dict"
+            else:
+                info[name] = ast.literal_eval(value)
+                shape = shape or "module-assignments"
+        except (ValueError, TypeError, SyntaxError):
+            continue
+    if shape is None:
+        raise ValueError("no build_info found")
+    for old, new in (("cuda_version_number", "cuda_version"), ("cudnn_version_number", "cudnn_version")):
+        if old in info and new not in info:
+            info[new] = info.pop(old)
+    return shape, info
+
+
+def _record_hash(path: Path) -> str:
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _files_owner(dists: list[Distribution], build_info: Path, relative: str) -> str | None:
+    """The distribution whose RECORD lists ``build_info.py`` with the hash of the file on disk."""
+    try:
+        wanted = f"{relative},{_record_hash(build_info)},"
+    except OSError:
+        return None
+    for dist in dists:
+        try:
+            with open(Path(dist.location) / "RECORD", encoding="utf-8") as record:
+                if any(line.startswith(wanted) for line in record):
+                    return dist.name
+        except OSError:
+            continue
+    return None
+
+
+def _requirement(dist: Distribution, prefix: str) -> str | None:
+    try:
+        with open(Path(dist.location) / "METADATA", encoding="utf-8") as metadata:
+            for line in metadata:
+                if line.startswith("Requires-Dist:") and line.split(":", 1)[1].strip().startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # headers end at the first blank line; the long description follows
+    except OSError:
+        return None
+    return None
+
+
+def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
+    """Collect the TensorFlow installation facts from ``roots.site_dirs``."""
+    dists = installed_distributions(roots.site_dirs)
+    known = compat.load_data("tf_distributions")["distributions"]
+    tf_dists = [dists[name] for name in known if name in dists]
+    package_dir = build_path = shape = owner = None
+    info: dict[str, Any] = {}
+    for site in roots.site_dirs:
+        for relative in _BUILD_INFO:
+            candidate = site / relative
+            if candidate.is_file():
+                build_path = candidate
+                package_dir = str(site / relative.split("/")[0])
+                try:
+                    shape, info = parse_build_info(candidate.read_text(encoding="utf-8", errors="replace"))
+                except (ValueError, SyntaxError):
+                    shape = "unreadable"
+                if len(tf_dists) > 1:
+                    owner = _files_owner(tf_dists, candidate, relative)
+                elif tf_dists:
+                    owner = tf_dists[0].name
+                break
+        if build_path is not None:
+            break
+    torch = dists.get("torch")
+    return TensorFlowFacts(
+        dists=tuple(tf_dists),
+        package_dir=package_dir,
+        build_info_path=str(build_path) if build_path else None,
+        build_info_format=shape,
+        build_info=info,
+        files_owner=owner,
+        keras=dists["keras"].version if "keras" in dists else None,
+        tf_keras=dists["tf-keras"].version if "tf-keras" in dists else None,
+        torch=torch.version if torch else None,
+        torch_cudnn_pin=_requirement(torch, "nvidia-cudnn-cu") if torch else None,
+        nvidia_wheels={n: d.version for n, d in sorted(dists.items()) if n.startswith("nvidia-") and n != "nvidia-ml-py"},
+    )

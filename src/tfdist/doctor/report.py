@@ -1,0 +1,135 @@
+"""Output: the ``--json`` document and the human report (grouped, coloured on a terminal, plain when piped so
+it can be pasted into an issue). rich is imported only for the human report."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tfdist.doctor.core import Report
+from tfdist.doctor.findings import ERROR, INFO, WARNING
+
+_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_VERDICT_STYLE = {"problems": "bold red", "gpu-ready": "bold green", "cpu-only": "bold", "no-tensorflow": "bold"}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The payload of ``tfdist doctor --json`` (wrapped by :func:`tfdist.cli.common.emit_json`)."""
+    return {
+        "verdict": report.verdict.status,
+        "summary": report.verdict.summary,
+        "exit_status": report.verdict.exit_status,
+        "findings": [dataclasses.asdict(f) for f in report.findings],
+        "facts": dataclasses.asdict(report.facts),
+        "recommendation": dataclasses.asdict(report.recommendation) if report.recommendation else None,
+        "verification": dataclasses.asdict(report.verification) if report.verification else None,  # type: ignore[call-overload]
+    }
+
+
+def _relevant_libraries(report: Report) -> list[Any]:
+    libs = report.facts.libraries.libraries
+    # Soname entries only (libcudnn.so.9), not the development links (libcudnn.so) or every versioned file.
+    return [lib for lib in libs if lib.name.count(".so.") == 1 and lib.name.split(".so.")[1].count(".") == 0]
+
+
+def render(report: Report, *, console: Any = None) -> None:
+    """Print the human report."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich import box
+
+    out = console or Console(highlight=False, soft_wrap=True)
+    facts = report.facts
+    system, driver, tf = facts.system, facts.driver, facts.tensorflow
+    verdict_style = _VERDICT_STYLE.get(report.verdict.status, "bold")
+    out.print(f"[{verdict_style}]{escape(report.verdict.summary)}[/]  (verdict: {report.verdict.status})")
+
+    out.print("\n[bold]System[/]")
+    where = [system.os_name or system.platform, f"kernel {system.kernel}" if system.kernel else None,
+             f"glibc {system.glibc}" if system.glibc else None, "WSL2" if system.wsl else None,
+             f"in {system.container} container" if system.container else None]
+    out.print("  " + escape(", ".join(w for w in where if w)))
+    env = f"{system.environment} {system.environment_prefix}" if system.environment_prefix else system.environment
+    out.print(f"  Python {system.python_version} ({escape(system.python_executable)}, {escape(env)})")
+
+    out.print("\n[bold]NVIDIA driver[/]")
+    if driver.driver_version:
+        out.print(f"  driver {driver.driver_version} via {driver.source}, supports CUDA up to {driver.cuda_driver_version or '?'}"
+                  + (f", kernel module {driver.kernel_module_version}" if driver.kernel_module_version else ""))
+    else:
+        out.print(f"  none found (state: {driver.state})")
+    if driver.gpus:
+        table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+        for column in ("GPU", "name", "compute capability", "memory"):
+            table.add_column(column)
+        for gpu in driver.gpus:
+            table.add_row(str(gpu.index), escape(gpu.name), f"{gpu.compute_capability or '?'}",
+                          f"{gpu.memory_mib} MiB" if gpu.memory_mib else "?")
+        out.print(table)
+
+    out.print("\n[bold]TensorFlow[/]")
+    if tf.dists:
+        out.print("  " + escape(", ".join(f"{d.name} {d.version}" for d in tf.dists))
+                  + (f" (files from {tf.files_owner})" if len(tf.dists) > 1 and tf.files_owner else ""))
+    else:
+        out.print("  not installed")
+    if tf.build_info:
+        info = tf.build_info
+        out.print(f"  build: CUDA build {info.get('is_cuda_build')}, CUDA {info.get('cuda_version', '-')}, "
+                  f"cuDNN {info.get('cudnn_version', '-')}, "
+                  f"{', '.join(info.get('cuda_compute_capabilities', []) or []) or 'no compute capabilities'}"  # type: ignore[arg-type]
+                  f" ({tf.build_info_format})")
+    extras = [f"keras {tf.keras}" if tf.keras else None, f"tf-keras {tf.tf_keras}" if tf.tf_keras else None,
+              f"torch {tf.torch}" if tf.torch else None]
+    if any(extras):
+        out.print("  " + ", ".join(e for e in extras if e))
+    if tf.nvidia_wheels:
+        out.print("  " + escape(", ".join(f"{n} {v}" for n, v in tf.nvidia_wheels.items())))
+
+    libs = _relevant_libraries(report)
+    if libs:
+        out.print("\n[bold]CUDA libraries[/]")
+        table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+        for column in ("library", "version", "from", "path"):
+            table.add_column(column)
+        for lib in libs:
+            table.add_row(lib.name, lib.version or "?", lib.origin + ("" if lib.on_loader_path or lib.origin.startswith("pip") else " (not on loader path)"),
+                          escape(lib.path))
+        out.print(table)
+
+    out.print("\n[bold]Findings[/]")
+    if not report.findings:
+        out.print("  none")
+    for finding in report.findings:
+        style = _STYLE.get(finding.severity, "")
+        out.print(f"  [{style}]{finding.severity.upper():7}[/] {escape(finding.title)}  [dim]({finding.id})[/]")
+        for item in finding.evidence:
+            out.print(f"           - {escape(item)}")
+        if finding.detail:
+            out.print(f"           {escape(finding.detail)}")
+        if finding.fix:
+            out.print(f"           fix: [bold]{escape(finding.fix)}[/]")
+        for other in finding.alternatives:
+            out.print(f"           or:  {escape(other)}")
+
+    rec = report.recommendation
+    if rec is not None:
+        out.print("\n[bold]Recommendation[/]")
+        if rec.version:
+            out.print(f"  TensorFlow {rec.version} ({'GPU' if rec.gpu else 'CPU'}): [bold]{escape(rec.command or '')}[/]")
+        else:
+            out.print("  no official TensorFlow release fits this machine")
+        if rec.mirror_command:
+            out.print(f"  with the configured mirror: {escape(rec.mirror_command)}")
+        for line in rec.skipped[:5]:
+            out.print(f"  [dim]not {escape(line)}[/]")
+        for note in rec.notes:
+            out.print(f"  note: {escape(note)}")
+
+    verification = report.verification
+    if verification is not None:
+        out.print("\n[bold]Verification[/] (TensorFlow imported in a child process)")
+        out.print(f"  {'ran' if verification.ok else 'failed'} in {verification.duration_s} s: TensorFlow "  # type: ignore[attr-defined]
+                  f"{verification.version or '?'}, GPUs {list(verification.gpus)}, CPU op ok: {verification.cpu_op}")  # type: ignore[attr-defined]
+        for match in verification.matches:  # type: ignore[attr-defined]
+            out.print(f"  [dim]log ({match.cause}): {escape(match.line)}[/]")
