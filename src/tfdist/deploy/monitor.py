@@ -28,7 +28,8 @@ from tfdist.errors import UsageError
 
 TARGETS = ("local", "slurm", "k8s")
 _DURATION = re.compile(r"^\d+(ms|s|m|h)$")
-_LABEL_SELECTOR = re.compile(r"^[A-Za-z0-9./_-]+(=|!=|==)?[A-Za-z0-9._-]*(,[A-Za-z0-9./_-]+(=|!=|==)?[A-Za-z0-9._-]*)*$")
+_REQUIREMENT = r"!?[A-Za-z0-9./_-]+((=|==|!=)[A-Za-z0-9._-]*)?"  # key, !key, key=value, key!=value
+_LABEL_SELECTOR = re.compile(rf"^{_REQUIREMENT}(,{_REQUIREMENT})*$")
 _JOB = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
