@@ -52,10 +52,11 @@ class Report:
 def collect_facts(roots: ProbeRoots, python: str = sys.executable) -> Facts:
     """Run every probe; nothing here imports TensorFlow."""
     tensorflow = probe_tensorflow(roots)
+    libraries = probe_libraries(roots, tensorflow.nvidia_wheels)
     return Facts(
         system=probe_system(roots, python),
-        driver=probe_driver(roots),
-        libraries=probe_libraries(roots, tensorflow.nvidia_wheels),
+        driver=probe_driver(roots, libraries),
+        libraries=libraries,
         tensorflow=tensorflow,
     )
 

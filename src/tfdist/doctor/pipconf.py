@@ -2,7 +2,6 @@
 this never writes or runs pip)."""
 from __future__ import annotations
 
-import configparser
 import os
 from pathlib import Path
 
@@ -34,6 +33,8 @@ def configured_index_url(roots: ProbeRoots) -> tuple[str | None, str | None]:
         return roots.env["PIP_INDEX_URL"], "PIP_INDEX_URL"
     if roots.env.get("PIP_CONFIG_FILE") == os.devnull:
         return None, None
+    import configparser  # only for --recommend
+
     url = source = None
     for path in _config_files(roots):
         parser = configparser.RawConfigParser()

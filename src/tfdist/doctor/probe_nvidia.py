@@ -5,12 +5,13 @@ in every case: they tell "no GPU here" apart from "a GPU whose driver is not loa
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from typing import Any
 
 from tfdist.doctor import compat
-from tfdist.doctor.facts import DriverFacts, Gpu
+from tfdist.doctor.facts import DriverFacts, Gpu, LibraryFacts
 from tfdist.doctor.probe_system import read_text
 from tfdist.doctor.roots import ProbeRoots
 
@@ -84,11 +85,24 @@ def _cuda_from_int(value: int) -> str:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
-def _probe_nvml(roots: ProbeRoots) -> tuple[dict[str, Any] | None, str | None]:
+def _nvml_visible(roots: ProbeRoots, libraries: LibraryFacts | None) -> bool:
+    """Whether the loader can find the NVML library. With a loader cache at hand this is a lookup, which spares
+    importing ctypes and pynvml on machines without the driver."""
+    name = roots.nvml_library or ""
+    if "/" in name:
+        return os.path.exists(name)
+    if libraries is None or libraries.ldconfig is None:
+        return True  # no cache to consult: let dlopen decide
+    return any(lib.name == name and (lib.on_loader_path or lib.origin == "wsl") for lib in libraries.libraries)
+
+
+def _probe_nvml(roots: ProbeRoots, libraries: LibraryFacts | None) -> tuple[dict[str, Any] | None, str | None]:
     """Ask NVML. Returns (result, error). The library is loaded with ctypes first so that a machine without it
     costs one failed dlopen, not the import of the 200 kB ``pynvml`` module."""
     if roots.nvml_library is None:
         return None, "NVML skipped"
+    if not _nvml_visible(roots, libraries):
+        return None, f"{roots.nvml_library} not found by the loader (ldconfig cache, LD_LIBRARY_PATH)"
     import ctypes
 
     try:
@@ -199,8 +213,13 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def probe_driver(roots: ProbeRoots) -> DriverFacts:
-    """Find the NVIDIA driver, its versions and its GPUs."""
+def probe_driver(roots: ProbeRoots, libraries: LibraryFacts | None = None) -> DriverFacts:
+    """Find the NVIDIA driver, its versions and its GPUs.
+
+    Args:
+        roots: the machine.
+        libraries: the library probe's result, used to skip NVML cheaply when its library is absent.
+    """
     proc_text = read_text(roots.proc / "driver" / "nvidia" / "version")
     module_version = kernel_module_version(proc_text)
     pci = _pci_devices(roots) if roots.platform.startswith("linux") else ()
@@ -208,7 +227,7 @@ def probe_driver(roots: ProbeRoots) -> DriverFacts:
     common = {"kernel_module_version": module_version, "kernel_module_text": (proc_text or "").strip() or None,
               "pci_devices": pci, "dev_nodes": dev_nodes}
 
-    nvml, nvml_error = _probe_nvml(roots)
+    nvml, nvml_error = _probe_nvml(roots, libraries)
     if nvml is not None and "driver" in nvml:
         state = "ok" if nvml["gpus"] else "no-devices"
         return DriverFacts(state=state, source="nvml", driver_version=nvml["driver"], cuda_driver_version=nvml["cuda"],

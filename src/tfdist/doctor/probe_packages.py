@@ -4,8 +4,6 @@ around it (Keras 3 / tf-keras, torch, pip's nvidia-* wheels). Nothing is importe
 from __future__ import annotations
 
 import ast
-import base64
-import hashlib
 import os
 import re
 from pathlib import Path
@@ -88,24 +86,44 @@ def parse_build_info(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _record_hash(path: Path) -> str:
+    import base64  # only when several TF distributions are installed
+    import hashlib
+
     digest = hashlib.sha256(path.read_bytes()).digest()
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def _files_owner(dists: list[Distribution], build_info: Path, relative: str) -> str | None:
-    """The distribution whose RECORD lists ``build_info.py`` with the hash of the file on disk."""
+def _record_line(dist: Distribution, relative: str) -> str | None:
+    # RECORD of a TF wheel is ~2 MB: search the bytes instead of decoding and splitting every line.
     try:
-        wanted = f"{relative},{_record_hash(build_info)},"
+        data = (Path(dist.location) / "RECORD").read_bytes()
     except OSError:
         return None
-    for dist in dists:
-        try:
-            with open(Path(dist.location) / "RECORD", encoding="utf-8") as record:
-                if any(line.startswith(wanted) for line in record):
-                    return dist.name
-        except OSError:
-            continue
-    return None
+    key = relative.encode() + b","
+    start = 0 if data.startswith(key) else data.find(b"\n" + key) + 1
+    if start == 0 and not data.startswith(key):
+        return None
+    end = data.find(b"\n", start)
+    return data[start:end if end >= 0 else len(data)].decode("utf-8", "replace").strip()
+
+
+def _files_owner(dists: list[Distribution], build_info: Path, relative: str) -> str | None:
+    """The distribution whose RECORD lists ``build_info.py`` as the file now on disk.
+
+    The size column decides when it differs between the candidates; the hash is computed only on a tie, since
+    hashlib loads OpenSSL (start-up time and memory).
+    """
+    lines = {d.name: line for d in dists if (line := _record_line(d, relative))}
+    try:
+        size = str(build_info.stat().st_size)
+    except OSError:
+        return None
+    same_size = [name for name, line in lines.items() if line.rsplit(",", 1)[-1] == size]
+    if len(same_size) <= 1:
+        return same_size[0] if same_size else None
+    digest = _record_hash(build_info)
+    matching = [name for name in same_size if lines[name].split(",")[1] == digest]
+    return matching[0] if matching else None
 
 
 def _requirement(dist: Distribution, prefix: str) -> str | None:

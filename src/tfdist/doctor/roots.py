@@ -4,7 +4,6 @@ library files, dist-info folders and a fake ``nvidia-smi`` on ``PATH``) and run 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,4 +72,9 @@ class ProbeRoots:
         """Find ``program`` on this machine's ``PATH`` (and ``extra_dirs`` under :attr:`sys_root`)."""
         search = [p for p in self.env.get("PATH", "").split(os.pathsep) if p]
         search += [str(self.path(d)) for d in extra_dirs]
-        return shutil.which(program, path=os.pathsep.join(search)) if search else None
+        # A plain loop instead of shutil.which: importing shutil pulls in compression modules (start-up time).
+        for folder in search:
+            candidate = os.path.join(folder, program)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+        return None
