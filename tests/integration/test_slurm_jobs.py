@@ -1,0 +1,138 @@
+"""The sbatch script from `tfdist slurm`, run on a real single-node Slurm cluster started for this module.
+
+Two kinds of job: a tiny Python task (no TensorFlow) that shows what each task resolved and how the script reacts
+to failures and SIGTERM, and the real digits example (2 workers, MultiWorkerMirroredStrategy) that must train to
+the target accuracy, also after one task dies and the job resumes from its checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.integration.slurm_cluster import SlurmCluster, SlurmUnavailable
+from tfdist.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits.py"
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+# A task that prints what it resolved, fails once when asked, and on SIGTERM "saves" and exits 143.
+TINY_TASK = textwrap.dedent('''
+    import json, os, signal, sys, time
+    rank = os.environ["SLURM_PROCID"]
+    restart = os.environ.get("TFDIST_RESTART_COUNT", "?")
+    marker_dir = sys.argv[1]
+    mode = sys.argv[2]
+    print("tf_config=" + os.environ.get("TF_CONFIG", ""), flush=True)
+    print(f"task={os.environ.get('TFDIST_TASK_TYPE')}:{os.environ.get('TFDIST_TASK_INDEX')} restart={restart} "
+          f"legacy_keras={os.environ.get('TF_USE_LEGACY_KERAS', '')} model_dir={os.environ.get('TFDIST_MODEL_DIR')}",
+          flush=True)
+    if mode == "fail-once" and restart == "0" and rank == "1":
+        sys.exit(1)
+    if mode == "wait-for-term" and restart == "0":
+        def stop(signum, frame):
+            open(os.path.join(marker_dir, f"saved-{rank}"), "w").write(restart)
+            sys.exit(143)
+        signal.signal(signal.SIGTERM, stop)
+        open(os.path.join(marker_dir, f"ready-{rank}"), "w").close()
+        time.sleep(120)
+        sys.exit(5)
+    sys.exit(0)
+''')
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except SlurmUnavailable as why:
+        cluster.stop()
+        pytest.skip(f"cannot start a test Slurm cluster: {why}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _write_job(tmp_path: Path, capsys, *argv: str) -> Path:
+    out = tmp_path / "job.sbatch"
+    rc = main(["slurm", "-o", str(out), "--python", sys.executable, *argv])
+    capsys.readouterr()
+    assert rc == 0
+    return out
+
+
+def _task_logs(tmp_path: Path, job_id: int) -> dict[tuple[int, int], str]:
+    """(restart count, rank) -> that task's log."""
+    logs = {}
+    for path in (tmp_path / "logs").glob(f"*-{job_id}-r*-task*.log"):
+        match = re.search(r"-r(\d+)-task(\d+)\.log$", path.name)
+        assert match, path.name
+        logs[(int(match.group(1)), int(match.group(2)))] = path.read_text(errors="replace")
+    return logs
+
+
+def _batch_log(tmp_path: Path, job_id: int) -> str:
+    found = list(tmp_path.glob(f"*-{job_id}.out"))
+    return found[0].read_text(errors="replace") if found else "(no batch log)"
+
+
+def _tiny(tmp_path: Path) -> Path:
+    script = tmp_path / "tiny_task.py"
+    script.write_text(TINY_TASK)
+    (tmp_path / "markers").mkdir()
+    return script
+
+
+def test_each_task_gets_its_tf_config_and_a_failed_step_is_restarted(slurm, tmp_path, capsys):
+    script = _tiny(tmp_path)
+    job = _write_job(tmp_path, capsys, "-N", "1", "-T", "2", "--max-restarts", "1", "-J", "tiny",
+                     str(script), str(tmp_path / "markers"), "fail-once")
+    job_id = slurm.submit(job, cwd=tmp_path)
+    record = slurm.wait(job_id, timeout=90)
+    batch = _batch_log(tmp_path, job_id)
+    assert record["JobState"] == "COMPLETED", batch
+    logs = _task_logs(tmp_path, job_id)
+    assert set(logs) == {(0, 0), (0, 1), (1, 0), (1, 1)}, batch
+    base = 20000 + 10 * (job_id % 1000)
+    host = slurm.hostname
+    for rank in (0, 1):
+        config = json.loads(re.search(r"^tf_config=(.*)$", logs[(1, rank)], re.M).group(1))
+        assert config == {"cluster": {"worker": [f"{host}:{base}", f"{host}:{base + 1}"]},
+                          "task": {"type": "worker", "index": rank}}
+        assert f"task=worker:{rank} restart=1" in logs[(1, rank)]
+        assert "model_dir=checkpoints/tiny" in logs[(1, rank)]
+    assert "restarting all of them" in batch
+    assert (tmp_path / "checkpoints" / "tiny").is_dir()
+
+
+def test_sigterm_before_the_time_limit_stops_the_tasks_and_requeues(slurm, tmp_path, capsys):
+    script = _tiny(tmp_path)
+    markers = tmp_path / "markers"
+    job = _write_job(tmp_path, capsys, "-N", "1", "-T", "2", "-J", "preempt", "--time", "00:10:00",
+                     str(script), str(markers), "wait-for-term")
+    assert "#SBATCH --signal=B:TERM@60" in job.read_text()
+    job_id = slurm.submit(job, cwd=tmp_path)
+    import time
+    deadline = time.monotonic() + 60
+    while not all((markers / f"ready-{rank}").exists() for rank in (0, 1)):
+        assert time.monotonic() < deadline, _batch_log(tmp_path, job_id)
+        time.sleep(0.5)
+    # What --signal=B:TERM@60 does at the time limit: SIGTERM to the batch shell only.
+    signalled = slurm._query("scancel", "--signal=TERM", "--batch", str(job_id))
+    assert signalled.returncode == 0, signalled.stderr
+    record = slurm.wait(job_id, timeout=120, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
+    batch = _batch_log(tmp_path, job_id)
+    assert record["JobState"] == "COMPLETED", batch
+    assert record["Restarts"] == "1", batch
+    assert sorted(p.name for p in markers.glob("saved-*")) == ["saved-0", "saved-1"]
+    assert "requeueing" in batch
+    logs = _task_logs(tmp_path, job_id)
+    assert "restart=1" in logs[(1, 0)] and "restart=1" in logs[(1, 1)]
