@@ -24,8 +24,10 @@ from tfdist import __version__
 
 CHUNK = 64 * 1024
 PAGE_LIMIT = 16 * 1024 * 1024
-# Ranking estimates the time to fetch one index page plus this many bytes of wheels: throughput dominates, as it
-# does when installing TensorFlow and its CUDA wheels, while latency still separates mirrors of equal bandwidth.
+# Ranking estimates the time of a typical install: REFERENCE_REQUESTS round trips (index pages, metadata) plus
+# REFERENCE_BYTES of wheels. Installing TensorFlow with its CUDA wheels is ~40 projects and several hundred MB, so
+# bandwidth dominates, but a mirror with a much longer round trip still loses to one of equal bandwidth.
+REFERENCE_REQUESTS = 20
 REFERENCE_BYTES = 64 * 1024 * 1024
 
 
@@ -140,7 +142,7 @@ class _Probe:
                 result = replace(result, warnings=(*result.warnings, "download too short to measure throughput"))
         estimate = None
         if throughput and result.ttfb_s is not None:
-            estimate = result.ttfb_s + REFERENCE_BYTES / throughput
+            estimate = REFERENCE_REQUESTS * result.ttfb_s + REFERENCE_BYTES / throughput
         if final:
             return replace(result, status=status, throughput_bps=throughput, estimate_s=estimate, phase="done")
         return replace(result, throughput_bps=throughput, estimate_s=estimate)
@@ -185,9 +187,8 @@ def _pick_wheel(page: bytes, page_url: str) -> tuple[str | None, bool]:
     return chosen
 
 
-def _run(target: ProbeTarget, config: ProbeConfig, state: _Probe, deadline: float) -> None:
+def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, state: _Probe, deadline: float) -> None:
     handlers: list[urllib.request.BaseHandler] = [_Redirects(config.allow_insecure)]
-    context = config.ssl_context or ssl.create_default_context()
     handlers.append(urllib.request.HTTPSHandler(context=context))
     opener = urllib.request.build_opener(*handlers)
     headers = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
@@ -220,7 +221,14 @@ def _run(target: ProbeTarget, config: ProbeConfig, state: _Probe, deadline: floa
         with opener.open(urllib.request.Request(file_url, headers=headers), timeout=remaining()) as response:
             received = 0
             while received < config.max_bytes and time.monotonic() < deadline:
-                chunk = response.read1(min(CHUNK, config.max_bytes - received))  # type: ignore[attr-defined]
+                try:
+                    chunk = response.read1(min(CHUNK, config.max_bytes - received))  # type: ignore[attr-defined]
+                except (socket.timeout, TimeoutError):
+                    if not received:
+                        raise
+                    # Data stopped flowing: judge the mirror on what arrived before the deadline.
+                    state.update(warnings=(*state.result.warnings, "download cut off at the deadline"))
+                    break
                 if not chunk:
                     break
                 now = time.monotonic()
@@ -250,9 +258,11 @@ def probe_all(targets: Sequence[ProbeTarget], config: ProbeConfig,
         clock: monotonic clock (injectable for tests).
     """
     deadline = clock() + config.timeout
+    # One shared TLS context: loading the trust store once per thread would cost a noticeable part of the timeout.
+    context = config.ssl_context or ssl.create_default_context()
     probes = [_Probe(target) for target in targets]
     for target, state in zip(targets, probes):
-        threading.Thread(target=_run, args=(target, config, state, deadline), name=f"probe-{target.name}",
+        threading.Thread(target=_run, args=(target, config, context, state, deadline), name=f"probe-{target.name}",
                          daemon=True).start()
     while True:
         now = clock()

@@ -1,0 +1,101 @@
+"""The concurrent probe against real loopback mirrors with set latency, throughput and faults."""
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.mirror.conftest_helpers import real_config_digest, start_mirror
+from tests.fixtures.mirror.loopback import Behaviour, self_signed_tls
+from tfdist.mirror.probe import ProbeConfig, ProbeTarget, fastest, probe_all, rank
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _real_config_untouched():
+    before = real_config_digest()
+    yield
+    assert real_config_digest() == before
+
+
+def _probe(mirrors: dict, timeout: float = 2.0, **config) -> dict:
+    targets = [ProbeTarget(name, m.url) for name, m in mirrors.items()]
+    results = probe_all(targets, ProbeConfig(timeout=timeout, allow_insecure=True, **config))
+    return {r.name: r for r in results}, [r.name for r in results]
+
+
+@pytest.mark.slow
+def test_probe_measures_ranks_and_reports_every_fault(tmp_path: Path) -> None:
+    behaviours = {
+        "fast": Behaviour(latency=0.01, rate=4_000_000),
+        "slow": Behaviour(latency=0.01, rate=1_000_000),
+        "laggy": Behaviour(latency=0.5, rate=4_000_000),
+        "e404": Behaviour(fault="404"),
+        "e500": Behaviour(fault="500"),
+        "reset": Behaviour(fault="reset"),
+        "stall": Behaviour(fault="stall"),
+        "nofile": Behaviour(fault="file-404"),
+        "nometa": Behaviour(rate=2_000_000, fault="no-metadata"),
+    }
+    mirrors = {name: start_mirror(b, size=1536 * 1024) for name, b in behaviours.items()}
+    try:
+        by_name, order = _probe(mirrors, timeout=3.0)
+    finally:
+        for m in mirrors.values():
+            m.stop()
+    assert by_name["fast"].status == "ok" and by_name["slow"].status == "ok"
+    # 4 MB/s vs 1 MB/s: the measured throughput must reflect the configured rates.
+    assert by_name["fast"].throughput_bps > 2.5 * by_name["slow"].throughput_bps
+    assert 2_000_000 < by_name["fast"].throughput_bps < 6_000_000
+    assert by_name["laggy"].ttfb_s > 0.45 > by_name["fast"].ttfb_s
+    assert order[0] == "fast"
+    assert order.index("slow") < order.index("e404")
+    assert by_name["e404"].error.startswith("HTTP 404") and by_name["e500"].error.startswith("HTTP 500")
+    assert by_name["reset"].status == "error"
+    assert "reset" in by_name["reset"].error or "closed" in by_name["reset"].error
+    assert by_name["stall"].status in ("timeout", "error") and not by_name["stall"].usable
+    assert by_name["nofile"].status == "error" and "404" in by_name["nofile"].error
+    assert by_name["nometa"].status == "ok"
+    assert any(".whl.metadata" in w for w in by_name["nometa"].warnings)
+    assert all(not by_name[n].warnings for n in ("fast", "slow")), [by_name[n] for n in ("fast", "slow")]
+    assert fastest(list(by_name.values())).name == "fast"
+
+
+@pytest.mark.slow
+def test_a_stalled_body_is_judged_on_what_arrived(tmp_path: Path) -> None:
+    mirror = start_mirror(Behaviour(fault="body-stall"), size=2 * 1024 * 1024)
+    try:
+        by_name, _ = _probe({"dribble": mirror}, timeout=1.0)
+    finally:
+        mirror.stop()
+    result = by_name["dribble"]
+    assert result.ttfb_s is not None and result.downloaded > 0
+    assert any("deadline" in w for w in result.warnings)
+
+
+@pytest.mark.slow
+def test_tls_is_verified_and_a_trusted_test_ca_works(tmp_path: Path) -> None:
+    context, cert = self_signed_tls(tmp_path)
+    mirror = start_mirror(Behaviour(), tls=context)
+    try:
+        untrusted, _ = _probe({"tls": mirror}, timeout=2.0)
+        client = ssl.create_default_context(cafile=str(cert))
+        trusted, _ = _probe({"tls": mirror}, timeout=2.0, ssl_context=client)
+    finally:
+        mirror.stop()
+    assert untrusted["tls"].status == "error"
+    assert "certificate" in untrusted["tls"].error
+    assert trusted["tls"].status == "ok", trusted["tls"].error
+
+
+def test_rank_orders_measured_then_reachable_then_failed() -> None:
+    from tfdist.mirror.probe import ProbeResult
+
+    results = [
+        ProbeResult("down", "u", status="error", error="x"),
+        ProbeResult("reach", "u", status="partial", ttfb_s=0.01),
+        ProbeResult("slow", "u", status="ok", ttfb_s=0.01, throughput_bps=1e6, estimate_s=64.0),
+        ProbeResult("quick", "u", status="ok", ttfb_s=0.2, throughput_bps=5e6, estimate_s=13.6),
+    ]
+    assert [r.name for r in rank(results)] == ["quick", "slow", "reach", "down"]
+    assert fastest([results[0]]) is None
