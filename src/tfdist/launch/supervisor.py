@@ -137,7 +137,9 @@ class Supervisor:
         if timeout <= 0:
             return None
         for proc in procs:
-            if proc.plan.task.type not in ("chief", "worker") or proc.exit_code is not None:
+            # Under ParameterServerStrategy only the chief (the coordinator) runs training steps.
+            watched = ("chief",) if self.spec.ps else ("chief", "worker")
+            if proc.plan.task.type not in watched or proc.exit_code is not None:
                 continue
             try:
                 last = os.stat(proc.plan.env["TFDIST_HEARTBEAT_FILE"]).st_mtime
@@ -216,7 +218,8 @@ class Supervisor:
     def _finish_success(self, procs: list[TaskProcess]) -> None:
         """Leader done: let the other training tasks finish on their own, then stop everyone left."""
         deadline = time.monotonic() + AFTER_SUCCESS_WAIT_S
-        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
+        # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers.
+        trainers = [] if self.spec.ps else [p for p in procs if p.plan.task.type in ("chief", "worker")]
         while time.monotonic() < deadline and any(p.poll() is None for p in trainers):
             time.sleep(self.spec.monitor_interval)
         stop_all(procs, self.spec.grace_period)

@@ -105,9 +105,26 @@ def _callback_types() -> dict[str, type]:
             self.heartbeat = Heartbeat()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.heartbeat.beat(batch)
+            self.heartbeat.beat(self._step())
 
-    return {"ResumeTracker": ResumeTracker, "HeartbeatCallback": HeartbeatCallback}
+        def _step(self) -> int | None:
+            iterations = getattr(self.model.optimizer, "iterations", None)
+            return int(iterations.numpy()) if iterations is not None else None
+
+    class EpochHeartbeatCallback(HeartbeatCallback):
+        """ParameterServerStrategy allows no batch-level callbacks: beat once per epoch instead."""
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:  # pragma: no cover - never called
+            pass
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.heartbeat.beat(self._step())
+
+        def _implements_train_batch_hooks(self) -> bool:
+            return False
+
+    return {"ResumeTracker": ResumeTracker, "HeartbeatCallback": HeartbeatCallback,
+            "EpochHeartbeatCallback": EpochHeartbeatCallback}
 
 
 def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None = None,
@@ -142,10 +159,13 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
             backup._supported_strategies = supported + (tf.distribute.OneDeviceStrategy,)
         result.append(backup)
     result.append(types["ResumeTracker"]())
-    result.append(types["HeartbeatCallback"]())
-    metrics_callback = _metrics_callback()
-    if metrics_callback is not None:
-        result.append(metrics_callback)
+    if info.num_ps:  # ParameterServerStrategy rejects batch-level callbacks
+        result.append(types["EpochHeartbeatCallback"]())
+    else:
+        result.append(types["HeartbeatCallback"]())
+        metrics_callback = _metrics_callback()
+        if metrics_callback is not None:
+            result.append(metrics_callback)
     if tensorboard:
         result.append(tf.keras.callbacks.TensorBoard(log_dir=tensorboard_dir(model_dir), update_freq=50,
                                                      profile_batch=0, write_graph=False))
