@@ -202,7 +202,7 @@ def _from_slurm(environ: Mapping[str, str], *, required: bool) -> dict | None:
     in_step = bool(environ.get("SLURM_STEP_ID", "").strip() or environ.get("SLURM_STEP_NODELIST", "").strip())
     if nodelist is None or not rank_text or not in_step:
         if required:
-            raise UsageError("not inside a Slurm task (no SLURM_STEP_NODELIST / SLURM_PROCID)",
+            raise UsageError("not inside a Slurm task started by srun (no SLURM_STEP_ID / SLURM_PROCID)",
                              hint="start each task with srun")
         return None
     hosts = expand_hostlist(nodelist[1])
