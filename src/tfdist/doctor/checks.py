@@ -22,6 +22,9 @@ def _gpu_severity(ctx: Context) -> str:
 
 def _reinstall(ctx: Context, *, gpu: bool) -> str:
     version = ctx.tf_version
+    broken = compat.load_data("cuda_libs")["pip_cuda_path_broken"]["versions"]
+    if gpu and version and minor_of(version) in broken:
+        version = recommend(ctx.facts).version or version  # that release's [and-cuda] does not work: move on
     try:
         return install_command(version or "", gpu=gpu)
     except UsageError:
@@ -426,7 +429,7 @@ def check_wsl(ctx: Context) -> list[Finding]:
     if not (ctx.linux and system.wsl):
         return []
     findings = []
-    wsl_cuda = [lib for lib in ctx.facts.libraries.libraries if lib.origin == "wsl" and lib.name == "libcuda.so.1"]
+    wsl_cuda = [lib for lib in ctx.facts.libraries.libraries if lib.path.endswith("/usr/lib/wsl/lib/libcuda.so.1")]
     linux_cuda = [lib for lib in ctx.facts.libraries.libraries if lib.name.startswith("libcuda.so")
                   and lib.origin == "ld-cache" and "/usr/lib/wsl/" not in lib.path]
     if linux_cuda:
