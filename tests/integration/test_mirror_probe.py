@@ -99,3 +99,21 @@ def test_rank_orders_measured_then_reachable_then_failed() -> None:
     ]
     assert [r.name for r in rank(results)] == ["quick", "slow", "reach", "down"]
     assert fastest([results[0]]) is None
+
+
+@pytest.mark.slow
+def test_redirects_are_followed_but_never_down_to_http(tmp_path: Path) -> None:
+    context, cert = self_signed_tls(tmp_path)
+    plain = start_mirror(Behaviour())
+    redirector = start_mirror(Behaviour(redirect_to=f"http://127.0.0.1:{plain.port}"), tls=context)
+    client = ssl.create_default_context(cafile=str(cert))
+    targets = [ProbeTarget("redir", redirector.url)]
+    try:
+        refused = probe_all(targets, ProbeConfig(timeout=2.0, ssl_context=client))[0]
+        allowed = probe_all(targets, ProbeConfig(timeout=2.0, ssl_context=client, allow_insecure=True))[0]
+    finally:
+        redirector.stop()
+        plain.stop()
+    assert refused.status == "error" and "refused redirect from https to http" in refused.error
+    assert allowed.status == "ok", allowed.error
+    assert "/simple/pip/" in plain.behaviour.requests

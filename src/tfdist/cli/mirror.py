@@ -124,16 +124,18 @@ def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: t
     from tfdist.mirror.catalog import check_url, get_mirror, parse_adhoc
     from tfdist.mirror.paths import parse_tools
     from tfdist.mirror.probe import fastest
-    from tfdist.mirror.render import print_results, print_switch, switch_data
+    from tfdist.mirror.render import print_results, print_switch, result_rows, switch_data
     from tfdist.mirror.switch import SwitchRequest, apply, plan
 
     paths = _paths(root)
     wanted_tools = parse_tools(tools)
+    probe_rows: list[dict[str, Any]] | None = None
     if name.strip().lower() == "fastest":
         targets, extra = _targets(only, urls, allow_insecure)
         report = _probe(targets, timeout, allow_insecure, None, live=not as_json)
         if not as_json:
             print_results(report.results, report.wall_s)
+        probe_rows = result_rows(report.results)
         best = fastest(report.results)
         if best is None:
             raise TfdistError("no mirror answered the speed test", hint="check the network or raise --timeout",
@@ -148,7 +150,8 @@ def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: t
     if not dry_run:
         result = apply(result, paths)
     if as_json:
-        emit_json("mirror.use", {"dry_run": dry_run, **switch_data(result)})
+        extra = {"probe": probe_rows} if probe_rows is not None else {}
+        emit_json("mirror.use", {"dry_run": dry_run, **switch_data(result), **extra})
     else:
         print_switch(result, dry_run=dry_run)
     return ExitStatus.SUCCESS

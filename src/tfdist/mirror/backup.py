@@ -127,7 +127,9 @@ class BackupStore:
             if entry.written_sha256 and current is not None and sha256(current) != entry.written_sha256:
                 note = "the file was edited after tfdist wrote it; those edits are replaced"
             if entry.existed:
-                assert entry.backup is not None  # written together with existed=True
+                if entry.backup is None:
+                    raise ConfigFileError(f"the backup manifest has no backup file for {key}",
+                                          hint="restore that file by hand")
                 source = self.directory / entry.backup
                 try:
                     original = source.read_bytes()

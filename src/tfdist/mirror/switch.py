@@ -126,16 +126,15 @@ def _plan_one(tool: Tool, scope: Scope, path: Path, mirror: Mirror) -> Change:
     file = read_text_file(path)
     notes: list[str] = []
     keep_bom = True
+    index = mirror.pip_index or ""  # plan() only asks for pip/uv when the mirror has an index
     if tool == "pip":
-        assert mirror.pip_index is not None
-        edit = pipconf.set_index(file.text, mirror.pip_index, path)
+        edit = pipconf.set_index(file.text, index, path)
         text, notes = edit.text, list(edit.notes)
         if file.bom:
             keep_bom = False  # pip's parser rejects a BOM before the first section
             notes.append("removed the UTF-8 byte-order mark, which pip cannot read")
     elif tool == "uv":
-        assert mirror.pip_index is not None
-        edit_uv = uvconf.set_default_index(file.text, mirror.pip_index, mirror.name, path)
+        edit_uv = uvconf.set_default_index(file.text, index, mirror.name, path)
         text, notes = edit_uv.text, list(edit_uv.notes)
         if file.bom:
             keep_bom = False  # TOML does not allow a BOM
