@@ -44,7 +44,7 @@ def test_scrape_config_slurm_reads_the_allocation(tmp_path: Path, monkeypatch: p
     job = yaml.safe_load(out.read_text())["scrape_configs"][0]
     assert job["file_sd_configs"][0]["files"] == [str(targets_file)]
     targets = json.loads(targets_file.read_text())
-    assert [t["targets"] for t in targets] == [["gpu08:9500"], ["gpu09:9500"], ["gpu10:9500"]]
+    assert [t["targets"] for t in targets] == [["gpu08:9464"], ["gpu09:9464"], ["gpu10:9464"]]
     err = capsys.readouterr().err
     assert "wrote Slurm targets" in err and "wrote Prometheus config" in err
 
@@ -57,6 +57,13 @@ def test_scrape_config_slurm_explicit_nodes_and_targets_file(tmp_path: Path,
     assert rc == 0
     assert yaml.safe_load(capsys.readouterr().out)["scrape_configs"][0]["file_sd_configs"][0]["files"] == [str(sd)]
     assert json.loads(sd.read_text())[1]["targets"] == ["b:9000", "b:9001"]
+
+
+def test_scrape_config_k8s_selects_the_pods_tfdist_k8s_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["monitor", "scrape-config", "--target", "k8s", "--job", "mnist"]) == 0
+    sd = yaml.safe_load(capsys.readouterr().out)["scrape_configs"][0]["kubernetes_sd_configs"][0]
+    assert sd["selectors"] == [{"role": "pod",
+                                "label": "app.kubernetes.io/name=mnist,app.kubernetes.io/created-by=tfdist"}]
 
 
 def test_scrape_config_k8s(capsys: pytest.CaptureFixture[str]) -> None:

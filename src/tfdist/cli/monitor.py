@@ -9,7 +9,8 @@ import click
 
 from tfdist.cli.common import option
 
-DEFAULT_PORT = 9500
+# The port `tfdist k8s` manifests use too (OpenTelemetry exporters' default; free of node_exporter's 9100).
+DEFAULT_PORT = 9464
 
 
 def _write(text: str, output: str, what: str) -> None:
@@ -69,19 +70,21 @@ def dashboard_command(output: str, title: str | None, uid: str | None, job: str 
 @option("--targets-file", default=None,
         help="Slurm: the file_sd targets file to write and point at (default: tfdist-<job>-targets.json next to -o).")
 @option("--namespace", default="default", show_default=True, help="Kubernetes namespace of the pods (k8s).")
-@option("--selector", default="", help="Kubernetes label selector of the job's pods, e.g. 'tfdist.io/job=mnist'.")
+@option("--selector", default=None,
+        help="Kubernetes label selector of the job's pods (default: the labels `tfdist k8s` puts on them, "
+             "app.kubernetes.io/name=<job>,app.kubernetes.io/created-by=tfdist).")
 @option("--port-name", default="metrics", show_default=True, help="Name of the pods' metrics container port (k8s).")
 @option("--interval", default="15s", show_default=True, help="Scrape interval (a Prometheus duration).")
 @option("-o", "--output", default="-", show_default=True, help="Where to write prometheus.yml ('-': stdout).")
 def scrape_config_command(target: str, job: str, port: int, tasks: int, host: str, launcher_port: int | None,
-                          nodes: str | None, targets_file: str | None, namespace: str, selector: str,
+                          nodes: str | None, targets_file: str | None, namespace: str, selector: str | None,
                           port_name: str, interval: str, output: str) -> int:
     """Write a Prometheus configuration that scrapes every task of a job.
 
     The scrape job keeps the tasks' own `job` label (honor_labels), so queries select a training job with
     {job="NAME"}. Check it with `promtool check config FILE`; run it with `prometheus --config.file FILE`.
     """
-    from tfdist.deploy.monitor import ScrapeSpec, render_scrape_config, render_slurm_targets
+    from tfdist.deploy.monitor import ScrapeSpec, k8s_selector, render_scrape_config, render_slurm_targets
 
     node_list: tuple[str, ...] = ()
     sd_file = ""
@@ -92,6 +95,8 @@ def scrape_config_command(target: str, job: str, port: int, tasks: int, host: st
         node_list = tuple(expand_hostlist(nodes)) if nodes else ()
         base = Path(output).parent if output != "-" else Path.cwd()
         sd_file = os.path.abspath(targets_file or base / f"tfdist-{job}-targets.json")
+    if selector is None:
+        selector = k8s_selector(job)
     spec = ScrapeSpec(target=target, job=job, interval=interval, port=port, tasks=tasks, host=host,
                       launcher_port=launcher_port, nodes=node_list, targets_file=sd_file or "tfdist-targets.json",
                       namespace=namespace, selector=selector, port_name=port_name)

@@ -6,8 +6,8 @@ Scrape configs:
   plus the launcher's own port when given;
 - ``slurm``: file-based discovery (``file_sd_configs``) from the job's node list: each node serves its tasks on
   ``port + SLURM_LOCALID``; rewrite the targets file for a new allocation and Prometheus reloads it by itself;
-- ``k8s``: pod discovery in a namespace, keeping pods matched by a label selector and their container port named
-  ``metrics``.
+- ``k8s``: pod discovery in a namespace, keeping pods matched by a label selector (by default the labels
+  ``tfdist k8s`` writes) and their container port named ``metrics``.
 
 Every scrape job sets ``honor_labels: true``: the tasks label their series with the *training* job's name
 (``job``), which must win over the scrape job's name Prometheus would otherwise write there.
@@ -55,7 +55,7 @@ class ScrapeSpec:
     target: str
     job: str = "tfdist"
     interval: str = "15s"
-    port: int = 9100
+    port: int = 9464
     tasks: int = 1
     host: str = "127.0.0.1"
     launcher_port: int | None = None
@@ -87,6 +87,11 @@ class ScrapeSpec:
         if self.selector and not _LABEL_SELECTOR.match(self.selector):
             raise UsageError(f"--selector {self.selector!r} is not a Kubernetes label selector",
                              hint="e.g. tfdist.io/job=mnist")
+
+
+def k8s_selector(job: str) -> str:
+    """The label selector matching the pods ``tfdist k8s`` writes for ``job``."""
+    return f"app.kubernetes.io/name={job},app.kubernetes.io/created-by=tfdist"
 
 
 def _address(host: str, port: int) -> str:

@@ -12,6 +12,8 @@ daemon thread, bound to ``TFDIST_METRICS_HOST`` (default 127.0.0.1). ``/healthz`
 completed within ``TFDIST_HEALTH_STALL_SECONDS`` (and during a start-up grace before the first step), else 503.
 It is what a Kubernetes liveness probe and the launcher's hang watchdog read. A stopped or wedged process cannot
 answer at all, which a probe also counts as a failure; its peers, blocked in collectives, turn 503.
+Anything between two training steps that lasts longer than the threshold (a long validation pass, a slow
+checkpoint save) also reads as a stall: size the threshold for the longest legitimate pause.
 
 Every series carries the labels ``job``, ``task_type``, ``task_index`` and ``host``. Because Prometheus sets its
 own ``job`` label on scrape, the generated scrape configs use ``honor_labels: true`` so the training job's name
