@@ -167,3 +167,12 @@ def test_probe_with_nothing_reachable_exits_1(capsys: pytest.CaptureFixture[str]
         assert rc == 1 and "no mirror answered" in err
     finally:
         broken.stop()
+
+
+def test_env_twin_selects_the_tool(capsys: pytest.CaptureFixture[str], isolated_home: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TFDIST_MIRROR_USE_TOOL", "uv")
+    rc, out, _ = run(capsys, "use", "pku")
+    assert rc == 0 and "uv: created" in out and "pip:" not in out
+    assert (isolated_home / ".config" / "uv" / "uv.toml").exists()
+    assert not (isolated_home / ".config" / "pip" / "pip.conf").exists()

@@ -85,17 +85,17 @@ def list_command(as_json: bool) -> int:
 
 @command.command(name="test")
 @option("--only", metavar="A,B", help="Probe only these mirrors (comma-separated names).")
-@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
 @option("--timeout", type=float, default=5.0, show_default=True, help="Seconds for the whole probe (run concurrently).")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--max-bytes", type=click.IntRange(min=1), default=None, hidden=True, help="Download bound per mirror.")
 @option("--json", "as_json", is_flag=True, help="Print the ranked results as versioned JSON.")
-def test_command(only: str | None, urls: tuple[str, ...], timeout: float, allow_insecure: bool,
+def test_command(only: str | None, url: tuple[str, ...], timeout: float, allow_insecure: bool,
                  max_bytes: int | None, as_json: bool) -> int:
     """Probe mirrors concurrently (first-byte latency, throughput, errors) and rank them."""
     from tfdist.mirror.render import print_results, result_rows
 
-    targets, _ = _targets(only, urls, allow_insecure)
+    targets, _ = _targets(only, url, allow_insecure)
     report = _probe(targets, timeout, allow_insecure, max_bytes, live=not as_json)
     if as_json:
         emit_json("mirror.test", {"timeout_s": timeout, "wall_s": round(report.wall_s, 3),
@@ -107,17 +107,17 @@ def test_command(only: str | None, urls: tuple[str, ...], timeout: float, allow_
 
 @command.command(name="use")
 @click.argument("name", metavar="NAME|fastest")
-@option("--tool", "tools", metavar="pip,uv,conda", help="Tools to switch (default: pip, uv, and conda if present).")
+@option("--tool", "tool", metavar="pip,uv,conda", help="Tools to switch (default: pip, uv, and conda if present).")
 @option("--scope", type=click.Choice(["user", "global", "site"]), default="user", show_default=True,
         help="Which of each tool's config files to edit.")
 @option("--dry-run", is_flag=True, help="Print a diff of each file and write nothing.")
-@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
 @option("--only", metavar="A,B", help="With 'fastest': probe only these mirrors.")
 @option("--timeout", type=float, default=5.0, show_default=True, help="With 'fastest': seconds for the probe.")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--root", type=click.Path(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
 @option("--json", "as_json", is_flag=True, help="Print what was (or would be) changed as versioned JSON.")
-def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: tuple[str, ...], only: str | None,
+def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tuple[str, ...], only: str | None,
                 timeout: float, allow_insecure: bool, root: str | None, as_json: bool) -> int:
     """Switch pip, uv and conda to mirror NAME (or the fastest one), backing up every file first."""
     from tfdist.errors import TfdistError
@@ -128,10 +128,10 @@ def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: t
     from tfdist.mirror.switch import SwitchRequest, apply, plan
 
     paths = _paths(root)
-    wanted_tools = parse_tools(tools)
+    wanted_tools = parse_tools(tool)
     probe_rows: list[dict[str, Any]] | None = None
     if name.strip().lower() == "fastest":
-        targets, extra = _targets(only, urls, allow_insecure)
+        targets, extra = _targets(only, url, allow_insecure)
         report = _probe(targets, timeout, allow_insecure, None, live=not as_json)
         if not as_json:
             print_results(report.results, report.wall_s)
@@ -142,7 +142,7 @@ def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: t
                               reference="mirror-none-reachable")
         mirror = get_mirror(best.name, extra)
     else:
-        mirror = get_mirror(name, parse_adhoc(urls, allow_insecure=allow_insecure))
+        mirror = get_mirror(name, parse_adhoc(url, allow_insecure=allow_insecure))
     if mirror.pip_index:
         check_url(mirror.pip_index, allow_insecure=allow_insecure)
     request = SwitchRequest(mirror=mirror, tools=wanted_tools, scope=scope, dry_run=dry_run)  # type: ignore[arg-type]
@@ -158,16 +158,16 @@ def use_command(name: str, tools: str | None, scope: str, dry_run: bool, urls: t
 
 
 @command.command(name="restore")
-@option("--tool", "tools", metavar="pip,uv,conda", help="Restore only these tools' files.")
+@option("--tool", "tool", metavar="pip,uv,conda", help="Restore only these tools' files.")
 @option("--dry-run", is_flag=True, help="Say what would be restored and change nothing.")
 @option("--json", "as_json", is_flag=True, help="Print what was restored as versioned JSON.")
-def restore_command(tools: str | None, dry_run: bool, as_json: bool) -> int:
+def restore_command(tool: str | None, dry_run: bool, as_json: bool) -> int:
     """Put back the original bytes of every file tfdist changed (and remove files it created)."""
     from tfdist.mirror.backup import BackupStore
     from tfdist.mirror.paths import parse_tools
     from tfdist.mirror.render import print_restore
 
-    actions = BackupStore(_paths(None)).restore(parse_tools(tools), dry_run=dry_run)
+    actions = BackupStore(_paths(None)).restore(parse_tools(tool), dry_run=dry_run)
     if as_json:
         emit_json("mirror.restore", {"dry_run": dry_run, "files": [
             {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note} for a in actions]})
@@ -197,15 +197,15 @@ def status_command(as_json: bool) -> int:
 @command.command(name="env")
 @click.argument("name")
 @option("--dockerfile", is_flag=True, help="Print a Dockerfile ENV instruction instead of shell exports.")
-@option("--url", "urls", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--json", "as_json", is_flag=True, help="Print the variables as versioned JSON.")
-def env_command(name: str, dockerfile: bool, urls: tuple[str, ...], allow_insecure: bool, as_json: bool) -> int:
+def env_command(name: str, dockerfile: bool, url: tuple[str, ...], allow_insecure: bool, as_json: bool) -> int:
     """Print the environment variables (PIP_INDEX_URL, UV_DEFAULT_INDEX, ...) that select mirror NAME."""
     from tfdist.mirror.catalog import get_mirror, parse_adhoc
     from tfdist.mirror.envvars import dockerfile_snippet, mirror_environment, shell_lines
 
-    mirror = get_mirror(name, parse_adhoc(urls, allow_insecure=allow_insecure))
+    mirror = get_mirror(name, parse_adhoc(url, allow_insecure=allow_insecure))
     env = mirror_environment(mirror)
     if as_json:
         emit_json("mirror.env", {"mirror": mirror.name, "environment": env})
