@@ -1,0 +1,60 @@
+"""``tfdist k8s``: write Kubernetes manifests (TFJob, JobSet or Indexed Job) for a multi-worker job."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tfdist.cli.common import option
+
+
+@click.command(name="k8s", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@option("--name", required=True, help="Job name (lower-case DNS label, at most 40 characters).")
+@option("--image", required=True, help="Container image with TensorFlow, tfdist and the training code.")
+@option("-n", "--workers", type=click.IntRange(min=0), default=2, show_default=True, help="Worker replicas.")
+@option("--ps", type=click.IntRange(min=0), default=0, show_default=True, help="Parameter-server replicas.")
+@option("--chief", is_flag=True, help="Add a separate chief (default: worker 0 acts as chief).")
+@option("--evaluator", is_flag=True, help="Add a side-car evaluator.")
+@option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True,
+        help="nvidia.com/gpu limit of the chief and of each worker.")
+@option("--kind", type=click.Choice(["tfjob", "jobset", "indexed-job"]), default="tfjob", show_default=True,
+        help="tfjob: Kubeflow training operator; jobset: JobSet controller; indexed-job: plain Kubernetes.")
+@option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+        help="Restart budget (TFJob backoffLimit, JobSet maxRestarts, Job backoffLimit x pods).")
+@option("--checkpoint-pvc", default=None,
+        help="ReadWriteMany PersistentVolumeClaim for checkpoints and TensorBoard logs, mounted at /mnt/tfdist "
+             "[default: an emptyDir, lost with the pod].")
+@option("--namespace", default=None, help="metadata.namespace (default: kubectl's current one).")
+@option("--no-probes", is_flag=True, help="No startup/liveness probes (for scripts that do not use tfdist.runtime).")
+@option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+        help="Write the manifests here (default: standard output).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator: bool, gpus_per_worker: int,
+            kind: str, max_restarts: int, checkpoint_pvc: str | None, namespace: str | None, no_probes: bool,
+            output: str | None, command: tuple[str, ...]) -> int:
+    """Write Kubernetes manifests that run COMMAND as a multi-worker TensorFlow job.
+
+    Each container starts through `tfdist tf-config --exec` (TF_CONFIG from the TFJob operator, or derived
+    from the Indexed Job / JobSet index and the headless service), serves /healthz and /metrics on port 9464
+    (TFDIST_METRICS_PORT, probed by a startup and a liveness probe) and keeps checkpoints under
+    /mnt/tfdist/NAME (TFDIST_MODEL_DIR).
+
+        tfdist k8s --name digits --image registry/digits:1 --workers 2 --kind jobset -- python digits.py
+    """
+    from pathlib import Path
+
+    from tfdist.deploy.k8s import K8sJobSpec, render_manifests
+
+    spec = K8sJobSpec(name=name, image=image, command=tuple(command), workers=workers, ps=ps, chief=chief,
+                      evaluator=evaluator, gpus_per_worker=gpus_per_worker, kind=kind, max_restarts=max_restarts,
+                      checkpoint_pvc=checkpoint_pvc, namespace=namespace, probes=not no_probes)
+    text = render_manifests(spec)
+    if checkpoint_pvc is None:
+        click.echo("tfdist k8s: note: no --checkpoint-pvc: checkpoints go to an emptyDir and die with each pod, "
+                   "so a restarted job starts from scratch", err=True)
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    Path(output).write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output} ({kind}); apply with: kubectl apply -f {output}", err=True)
+    return 0

@@ -1,0 +1,348 @@
+"""Kubernetes manifests for a multi-worker TensorFlow job (pure: a typed spec in, objects / YAML text out).
+
+Three shapes, for three kinds of cluster:
+
+- ``tfjob``: Kubeflow's TFJob (``kubeflow.org/v1``). The operator creates one headless service per replica and
+  injects TF_CONFIG; replicas restart on exit codes 128-255 (``restartPolicy: ExitCode``).
+- ``jobset``: a JobSet (``jobset.x-k8s.io/v1alpha2``), one replicated Indexed Job per role. JobSet provides the
+  headless service and restarts *all* jobs on any failure (``failurePolicy.maxRestarts``), which is what
+  MultiWorkerMirroredStrategy needs: a restarted worker cannot rejoin a running collective.
+- ``indexed-job``: a plain Indexed Job plus a headless Service, for clusters with neither controller.
+
+In the last two the runtime derives TF_CONFIG from the completion index (:mod:`tfdist.launch.resolve`). Every
+container starts through ``tfdist tf-config --exec``, serves ``/healthz`` and ``/metrics`` on the metrics port
+(probed by a startup and a liveness probe), and mounts one shared volume for checkpoints and TensorBoard logs.
+Shared values (ports, thresholds, paths) come from ``templates/k8s/defaults.yaml``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from tfdist import __version__
+from tfdist.errors import UsageError
+from tfdist.launch import resolve as names
+
+KINDS = ("tfjob", "jobset", "indexed-job")
+TFJOB_REPLICA_KEYS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+GPU_RESOURCE = "nvidia.com/gpu"
+CONTAINER_NAME = "tensorflow"  # TFJob requires this name
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Pod host names must stay DNS labels (<= 63): "<name>-<role>-0-<index>" under a JobSet.
+MAX_NAME = 40
+
+
+@lru_cache(maxsize=1)
+def defaults() -> dict[str, Any]:
+    """The shared values of ``templates/k8s/defaults.yaml``."""
+    text = resources.files("tfdist.deploy").joinpath("templates/k8s/defaults.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+@dataclass(frozen=True)
+class K8sJobSpec:
+    """What ``tfdist k8s`` was asked for.
+
+    Attributes:
+        name: job name (a DNS label of at most 40 characters; pods and services are named after it).
+        image: container image with TensorFlow, tfdist and the training code.
+        command: what each task runs (started through ``tfdist tf-config --exec``).
+        workers: worker replicas. ps: parameter servers. chief: a separate chief. evaluator: a side-car evaluator.
+        gpus_per_worker: ``nvidia.com/gpu`` limit of the chief and each worker (0: none).
+        kind: ``tfjob``, ``jobset`` or ``indexed-job``.
+        max_restarts: how often the job may be restarted after failures.
+        checkpoint_pvc: a ReadWriteMany PersistentVolumeClaim for checkpoints; None: an emptyDir (lost with the pod).
+        namespace: metadata.namespace, or None for kubectl's current namespace.
+        probes: add the startup and liveness probes on the runtime's ``/healthz``.
+    """
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    workers: int = 1
+    ps: int = 0
+    chief: bool = False
+    evaluator: bool = False
+    gpus_per_worker: int = 0
+    kind: str = "tfjob"
+    max_restarts: int = 3
+    checkpoint_pvc: str | None = None
+    namespace: str | None = None
+    probes: bool = True
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.match(self.name) or len(self.name) > MAX_NAME:
+            raise UsageError(f"job name {self.name!r} is not usable",
+                             hint=f"use lower-case letters, digits and '-', starting with a letter, "
+                                  f"at most {MAX_NAME} characters")
+        if self.kind not in KINDS:
+            raise UsageError(f"unknown kind {self.kind!r}", hint=f"use one of {', '.join(KINDS)}")
+        if not self.image.strip() or any(c.isspace() for c in self.image):
+            raise UsageError(f"image {self.image!r} is not an image reference")
+        if not self.command:
+            raise UsageError("no command to run", hint="put it after --, e.g. -- python train.py")
+        if self.workers < 0 or self.ps < 0 or self.gpus_per_worker < 0 or self.max_restarts < 0:
+            raise UsageError("--workers, --ps, --gpus-per-worker and --max-restarts cannot be negative")
+        if self.workers == 0 and not self.chief:
+            raise UsageError("the job needs at least one worker or a chief", hint="pass --workers N")
+        if self.ps and self.workers == 0:
+            raise UsageError("parameter servers need workers", hint="pass --workers N")
+        if self.kind == "indexed-job" and self.ps:
+            raise UsageError("parameter servers never exit, so an Indexed Job with them never completes",
+                             hint="use --kind jobset or --kind tfjob for parameter-server training")
+        if self.kind == "indexed-job" and self.evaluator:
+            # One pod template serves every index, and the evaluator must not get the workers' step-based probes.
+            raise UsageError("an Indexed Job has one pod template, which cannot suit both workers and an evaluator",
+                             hint="use --kind jobset or --kind tfjob for a side-car evaluator")
+        if self.checkpoint_pvc is not None and not re.match(r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
+                                                            self.checkpoint_pvc):
+            raise UsageError(f"--checkpoint-pvc {self.checkpoint_pvc!r} is not a claim name")
+        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
+            raise UsageError(f"namespace {self.namespace!r} is not a DNS label")
+
+    def replicas(self) -> dict[str, int]:
+        """Role -> replica count, roles in TF order, empty roles left out."""
+        counts = {"chief": int(self.chief), "worker": self.workers, "ps": self.ps, "evaluator": int(self.evaluator)}
+        return {role: n for role, n in counts.items() if n}
+
+    @property
+    def model_dir(self) -> str:
+        return f"{defaults()['shared_mount']}/{self.name}"
+
+
+# ------------------------------------------------------------------------------------------------ building blocks
+
+
+def _labels(spec: K8sJobSpec, role: str | None = None) -> dict[str, str]:
+    labels = {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/created-by": "tfdist"}
+    if role:
+        labels["app.kubernetes.io/component"] = role
+    return labels
+
+
+def _metadata(spec: K8sJobSpec, name: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name or spec.name}
+    if spec.namespace:
+        meta["namespace"] = spec.namespace
+    meta["labels"] = _labels(spec)
+    return meta
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def _env(spec: K8sJobSpec, role: str) -> list[dict[str, Any]]:
+    d = defaults()
+    env: list[dict[str, Any]] = [
+        {"name": "TFDIST_JOB_NAME", "value": spec.name},
+        {"name": "TFDIST_MODEL_DIR", "value": spec.model_dir},
+        {"name": "TFDIST_METRICS_PORT", "value": str(d["metrics_port"])},
+        {"name": "TFDIST_METRICS_HOST", "value": "0.0.0.0"},
+        {"name": "TFDIST_MAX_RESTARTS", "value": str(spec.max_restarts)},
+    ]
+    if spec.kind == "tfjob":
+        return env  # the operator injects TF_CONFIG
+    replicas = ",".join(f"{r}={n}" for r, n in spec.replicas().items())
+    env += [{"name": names.K8S_REPLICAS, "value": replicas}, {"name": names.K8S_PORT, "value": str(d["tf_port"])}]
+    if spec.kind == "jobset":
+        env += [
+            {"name": names.JOBSET_NAME, "valueFrom": _field("metadata.annotations['jobset.sigs.k8s.io/jobset-name']")},
+            {"name": names.REPLICATED_JOB_NAME,
+             "valueFrom": _field("metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']")},
+            {"name": "TFDIST_RESTART_COUNT",
+             "valueFrom": _field("metadata.annotations['jobset.sigs.k8s.io/restart-attempt']")},
+        ]
+    else:
+        env += [
+            {"name": names.K8S_JOB_NAME, "valueFrom": _field("metadata.labels['job-name']")},
+            {"name": names.K8S_SUBDOMAIN, "value": spec.name},
+        ]
+    return env
+
+
+def _probe(kind: str) -> dict[str, Any]:
+    d = defaults()
+    probe = {"httpGet": {"path": d["health_path"], "port": d["metrics_port_name"]}}
+    probe.update(d[kind])
+    return probe
+
+
+def _container(spec: K8sJobSpec, role: str) -> dict[str, Any]:
+    d = defaults()
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "command": ["tfdist", "tf-config", "--exec", "--", *spec.command],
+        "env": _env(spec, role),
+        "ports": [{"name": d["tf_port_name"], "containerPort": d["tf_port"]},
+                  {"name": d["metrics_port_name"], "containerPort": d["metrics_port"]}],
+        "volumeMounts": [{"name": d["shared_volume"], "mountPath": d["shared_mount"]}],
+    }
+    if spec.gpus_per_worker and role in ("chief", "worker"):
+        container["resources"] = {"limits": {GPU_RESOURCE: spec.gpus_per_worker}}
+    # Parameter servers and the evaluator run no training steps, so a step-based health check says nothing there.
+    if spec.probes and role in ("chief", "worker"):
+        container["startupProbe"] = _probe("startup_probe")
+        container["livenessProbe"] = _probe("liveness_probe")
+    return container
+
+
+def _pod_spec(spec: K8sJobSpec, role: str, *, restart_policy: str | None) -> dict[str, Any]:
+    d = defaults()
+    volume: dict[str, Any] = {"name": d["shared_volume"]}
+    if spec.checkpoint_pvc:
+        volume["persistentVolumeClaim"] = {"claimName": spec.checkpoint_pvc}
+    else:
+        volume["emptyDir"] = {}
+    pod: dict[str, Any] = {}
+    if restart_policy:
+        pod["restartPolicy"] = restart_policy
+    pod["terminationGracePeriodSeconds"] = d["termination_grace_seconds"]
+    pod["containers"] = [_container(spec, role)]
+    pod["volumes"] = [volume]
+    return pod
+
+
+def _pod_template(spec: K8sJobSpec, role: str, *, restart_policy: str | None) -> dict[str, Any]:
+    return {"metadata": {"labels": _labels(spec, role)},
+            "spec": _pod_spec(spec, role, restart_policy=restart_policy)}
+
+
+class _FlowList(list):
+    """A list written on one line (the 127 permanent exit codes)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_FlowList, lambda dumper, data: dumper.represent_sequence(
+    "tag:yaml.org,2002:seq", data, flow_style=True))
+
+
+def _permanent_exit_codes() -> list[int]:
+    low, high = defaults()["permanent_exit_codes"]
+    return _FlowList(range(low, high + 1))
+
+
+# --------------------------------------------------------------------------------------------------- the kinds
+
+
+def tfjob(spec: K8sJobSpec) -> dict[str, Any]:
+    """A Kubeflow TFJob (``kubeflow.org/v1``)."""
+    d = defaults()
+    replica_specs = {
+        TFJOB_REPLICA_KEYS[role]: {
+            "replicas": count,
+            "restartPolicy": "ExitCode",
+            "template": _pod_template(spec, role, restart_policy=None),
+        }
+        for role, count in spec.replicas().items()
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": _metadata(spec),
+        "spec": {
+            "runPolicy": {
+                "backoffLimit": spec.max_restarts,
+                # Running: parameter servers (which never exit) are removed once the chief finishes.
+                "cleanPodPolicy": "Running",
+                "ttlSecondsAfterFinished": d["ttl_seconds_after_finished"],
+            },
+            "tfReplicaSpecs": replica_specs,
+        },
+    }
+
+
+def _indexed_job_spec(spec: K8sJobSpec, role: str | None, completions: int, *,
+                      backoff_limit: int, subdomain: str | None) -> dict[str, Any]:
+    template = _pod_template(spec, role or "worker", restart_policy="Never")
+    if role is None:  # one template for every role of an Indexed Job
+        template["metadata"]["labels"].pop("app.kubernetes.io/component")
+    if subdomain:
+        template["spec"] = {"subdomain": subdomain, **template["spec"]}
+    return {
+        "completionMode": "Indexed",
+        "completions": completions,
+        "parallelism": completions,
+        "backoffLimit": backoff_limit,
+        "podFailurePolicy": {"rules": [
+            # Evicted or preempted pods do not count against the restart budget.
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob",
+             "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "In", "values": _permanent_exit_codes()}},
+        ]},
+        "template": template,
+    }
+
+
+def jobset(spec: K8sJobSpec) -> dict[str, Any]:
+    """A JobSet (``jobset.x-k8s.io/v1alpha2``): one replicated Indexed Job per role."""
+    leader = "chief" if spec.chief else "worker"
+    replicated = [
+        {"name": role, "replicas": 1,
+         "template": {"spec": _indexed_job_spec(spec, role, count, backoff_limit=0, subdomain=None)}}
+        for role, count in spec.replicas().items()
+    ]
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _metadata(spec),
+        "spec": {
+            # The headless service "<name>" with a DNS record per pod, published before the pods are ready.
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            # Any failed pod fails its Job (backoffLimit 0), and JobSet then recreates every Job: a gang restart.
+            "failurePolicy": {"maxRestarts": spec.max_restarts},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [leader]},
+            "ttlSecondsAfterFinished": defaults()["ttl_seconds_after_finished"],
+            "replicatedJobs": replicated,
+        },
+    }
+
+
+def indexed_job(spec: K8sJobSpec) -> list[dict[str, Any]]:
+    """A headless Service and an Indexed Job (``batch/v1``); completion index 0 is the chief if there is one."""
+    d = defaults()
+    total = sum(spec.replicas().values())
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec),
+        "spec": {
+            "clusterIP": "None",
+            # Peers must resolve each other before the startup probe passes.
+            "publishNotReadyAddresses": True,
+            "selector": {"app.kubernetes.io/name": spec.name, "app.kubernetes.io/created-by": "tfdist"},
+            "ports": [{"name": d["tf_port_name"], "port": d["tf_port"], "targetPort": d["tf_port"]}],
+        },
+    }
+    job_spec = _indexed_job_spec(spec, None, total, backoff_limit=spec.max_restarts * total, subdomain=spec.name)
+    job_spec["ttlSecondsAfterFinished"] = d["ttl_seconds_after_finished"]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(spec), "spec": job_spec}
+    return [service, job]
+
+
+def manifests(spec: K8sJobSpec) -> list[dict[str, Any]]:
+    """The Kubernetes objects for ``spec``, in the order to apply them."""
+    if spec.kind == "tfjob":
+        return [tfjob(spec)]
+    if spec.kind == "jobset":
+        return [jobset(spec)]
+    return indexed_job(spec)
+
+
+def render_manifests(spec: K8sJobSpec) -> str:
+    """The objects as one multi-document YAML text with a short header."""
+    header = (f"# Written by `tfdist k8s` (tfdist {__version__}): {spec.kind}, "
+              + ", ".join(f"{n} {r}" for r, n in spec.replicas().items())
+              + ".\n# Apply with: kubectl apply -f <this file>\n")
+    body = yaml.dump_all(manifests(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
+                         explicit_start=True)
+    return header + body
