@@ -232,10 +232,12 @@ def check_architecture(ctx: Context) -> list[Finding]:
     if not (ctx.cuda_build and ctx.driver_ok):
         return []
     findings = []
+    seen: set[tuple[str, str]] = set()
     for gpu in ctx.facts.driver.gpus:
         cc = gpu.compute_capability
-        if not cc:
-            continue
+        if not cc or (gpu.name, cc) in seen:
+            continue  # one finding per GPU model, not per card
+        seen.add((gpu.name, cc))
         evidence = (f"GPU {gpu.index}: {gpu.name}, compute capability {cc} (from {gpu.cc_source})",
                     f"compiled into TF {ctx.tf_version}: {', '.join(ctx.compiled) or 'not recorded'}")
         support = cc_support(cc, ctx.compiled)
@@ -305,8 +307,8 @@ def check_libraries(ctx: Context) -> list[Finding]:
 
 def _missing_libraries(ctx: Context, missing: dict[str, str]) -> Finding:
     libs = ctx.facts.libraries.libraries
-    evidence = [f"{so}: not on LD_LIBRARY_PATH, in the ldconfig cache"
-                + (" or in site-packages/nvidia" if ctx.pip_libs_visible else "") for so in missing.values()]
+    places = "LD_LIBRARY_PATH, the ldconfig cache" + (" or site-packages/nvidia" if ctx.pip_libs_visible else "")
+    evidence = [f"{so}: not found on {places}" for so in missing.values()]
     if "cudnn" in missing:
         others = sorted({lib.name for lib in libs if lib.name.startswith("libcudnn.so.") and lib.name.count(".") == 2})
         if others:

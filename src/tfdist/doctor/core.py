@@ -1,7 +1,6 @@
 """Run the doctor: probe, check, decide the verdict, and optionally recommend and verify."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from tfdist.doctor.checks import run_checks
@@ -27,7 +26,6 @@ class DoctorConfig:
         recommend: add the newest TensorFlow this machine can run and its install command.
         verify: import TensorFlow in a subprocess afterwards and run an op on each GPU.
         verify_timeout_s: limit for that subprocess.
-        python: interpreter used by ``verify`` (the one whose packages were inspected).
     """
 
     roots: ProbeRoots = field(default_factory=ProbeRoots)
@@ -35,7 +33,6 @@ class DoctorConfig:
     recommend: bool = False
     verify: bool = False
     verify_timeout_s: float = 180.0
-    python: str = sys.executable
 
 
 @dataclass(frozen=True)
@@ -49,12 +46,12 @@ class Report:
     verification: object | None = None  # tfdist.doctor.verify.Verification
 
 
-def collect_facts(roots: ProbeRoots, python: str = sys.executable) -> Facts:
+def collect_facts(roots: ProbeRoots) -> Facts:
     """Run every probe; nothing here imports TensorFlow."""
     tensorflow = probe_tensorflow(roots)
     libraries = probe_libraries(roots, tensorflow.nvidia_wheels)
     return Facts(
-        system=probe_system(roots, python),
+        system=probe_system(roots, roots.python_executable),
         driver=probe_driver(roots, libraries),
         libraries=libraries,
         tensorflow=tensorflow,
@@ -82,7 +79,7 @@ def decide(ctx: Context, findings: list[Finding]) -> Verdict:
 
 def run_doctor(config: DoctorConfig) -> Report:
     """Probe the machine, run the checks and assemble the report."""
-    facts = collect_facts(config.roots, config.python)
+    facts = collect_facts(config.roots)
     ctx = build_context(facts, expect_gpu=config.expect_gpu)
     findings = sort_findings(run_checks(ctx))
     rec = None
@@ -93,7 +90,7 @@ def run_doctor(config: DoctorConfig) -> Report:
     if config.verify and ctx.tf_installed:
         from tfdist.doctor.verify import run_verification  # imports subprocess machinery only when asked
 
-        verification = run_verification(config.python, env=dict(config.roots.env), timeout_s=config.verify_timeout_s,
+        verification = run_verification(config.roots.python_executable, env=dict(config.roots.env), timeout_s=config.verify_timeout_s,
                                         gpu_expected=ctx.gpu_wanted)
         findings = sort_findings(findings + list(verification.findings))
     verdict = decide(ctx, findings)

@@ -121,8 +121,9 @@ def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> Library
     if conda:
         libraries += _scan_dir(Path(conda) / "lib", "conda", os.path.realpath(Path(conda) / "lib") in loader_dirs, prefixes)
 
-    unique: dict[str, Library] = {}
+    # The same folder is often reachable twice (/usr/local/cuda -> cuda-13.0): one entry per real folder and name.
+    unique: dict[tuple[str, str], Library] = {}
     for lib in libraries:
-        unique.setdefault(lib.path, lib)
+        unique.setdefault((os.path.realpath(os.path.dirname(lib.path)), lib.name), lib)
     return LibraryFacts(libraries=tuple(unique.values()), toolkits=tuple(toolkits),
                         ptxas=roots.which("ptxas"), pip_ptxas=pip_ptxas, ldconfig=ldconfig)

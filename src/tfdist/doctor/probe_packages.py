@@ -57,7 +57,10 @@ def parse_build_info(text: str) -> tuple[str, dict[str, Any]]:
     Raises:
         ValueError: the text is not Python or has none of the three shapes.
     """
-    tree = ast.parse(text)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as bad:
+        raise ValueError(f"not Python: {bad}") from bad
     info: dict[str, Any] = {}
     shape = None
     for node in tree.body:
@@ -154,7 +157,7 @@ def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
                 package_dir = str(site / relative.split("/")[0])
                 try:
                     shape, info = parse_build_info(candidate.read_text(encoding="utf-8", errors="replace"))
-                except (ValueError, SyntaxError):
+                except ValueError:
                     shape = "unreadable"
                 if len(tf_dists) > 1:
                     owner = _files_owner(tf_dists, candidate, relative)

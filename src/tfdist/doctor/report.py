@@ -27,8 +27,10 @@ def to_json(report: Report) -> dict[str, Any]:
 
 def _relevant_libraries(report: Report) -> list[Any]:
     libs = report.facts.libraries.libraries
-    # Soname entries only (libcudnn.so.9), not the development links (libcudnn.so) or every versioned file.
-    return [lib for lib in libs if lib.name.count(".so.") == 1 and lib.name.split(".so.")[1].count(".") == 0]
+    # Soname entries only (libcudnn.so.9, libcudart.so.10.1), not the development links (libcudnn.so) or the
+    # fully versioned files behind them (libcudnn.so.9.1.0).
+    return [lib for lib in libs if lib.name.count(".so.") == 1 and lib.name.split(".so.")[1].count(".") <= 1
+            and not (lib.name.startswith(("libcuda.so.", "libnvidia-ml.so.")) and lib.name.split(".so.")[1] != "1")]
 
 
 def render(report: Report, *, console: Any = None) -> None:

@@ -43,6 +43,7 @@ class ProbeRoots:
         prefix / base_prefix: ``sys.prefix`` and ``sys.base_prefix`` (a venv when they differ).
         nvml_library: the NVML library to try first; ``None`` skips NVML (then ``nvidia-smi`` on PATH is used).
         timeout_s: limit for each external command.
+        python_executable: the interpreter whose environment is inspected (and used by ``--verify``).
     """
 
     proc: Path = Path("/proc")
@@ -57,6 +58,7 @@ class ProbeRoots:
     base_prefix: str = sys.base_prefix
     nvml_library: str | None = _NVML_LIBRARY
     timeout_s: float = 10.0
+    python_executable: str = sys.executable
 
     @property
     def is_host(self) -> bool:
