@@ -159,5 +159,8 @@ def render_sbatch(spec: SlurmJobSpec, *, script_name: str = "job.sbatch") -> str
         "model_dir": shlex.quote(spec.effective_model_dir),
         "role_lines": _role_lines(spec),
         "command": command,
+        # Arguments with $ or ` are meant literally (they are single-quoted); tell shellcheck so.
+        "literal_args_note": ("    # shellcheck disable=SC2016  # arguments are passed literally, unexpanded\n"
+                              if any(c in command for c in "$`") else ""),
         "restart_delay": str(spec.restart_delay_seconds),
     })

@@ -1,0 +1,69 @@
+"""`tfdist k8s`: the written manifests (golden files), output handling, errors."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfdist.cli.main import main
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "k8s"
+UPDATE = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
+
+CASES = {
+    "tfjob.yaml": ["--kind", "tfjob", "--workers", "2", "--chief", "--ps", "1", "--evaluator",
+                   "--gpus-per-worker", "1", "--checkpoint-pvc", "digits-ckpt"],
+    "jobset.yaml": ["--kind", "jobset", "--workers", "2", "--chief", "--evaluator", "--gpus-per-worker", "1",
+                    "--checkpoint-pvc", "digits-ckpt", "--max-restarts", "4"],
+    "indexed-job.yaml": ["--kind", "indexed-job", "--workers", "3", "--checkpoint-pvc", "digits-ckpt",
+                         "--namespace", "ml"],
+}
+COMMAND = ["--", "python", "examples/digits.py", "--epochs", "5"]
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}: run with TFDIST_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{name} changed: review the diff, then regenerate with TFDIST_UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_golden_manifests(tmp_path, capsys, name):
+    out = tmp_path / name
+    argv = ["k8s", "--name", "digits", "--image", "registry.example/digits:1", *CASES[name], "-o", str(out), *COMMAND]
+    assert main(argv) == 0
+    assert f"apply with: kubectl apply -f {out}" in capsys.readouterr().err
+    check_golden(name, out.read_text())
+
+
+def test_stdout_and_emptydir_note(capsys):
+    assert main(["k8s", "--name", "x", "--image", "i:1", "--", "python", "t.py"]) == 0
+    captured = capsys.readouterr()
+    documents = list(yaml.safe_load_all(captured.out))
+    assert [d["kind"] for d in documents] == ["TFJob"]
+    assert "no --checkpoint-pvc" in captured.err
+
+
+def test_command_options_after_double_dash_are_the_commands(capsys):
+    assert main(["k8s", "--name", "x", "--image", "i:1", "--kind", "jobset", "--checkpoint-pvc", "c",
+                 "--", "python", "t.py", "--workers", "9"]) == 0
+    (jobset,) = yaml.safe_load_all(capsys.readouterr().out)
+    (worker,) = jobset["spec"]["replicatedJobs"]
+    assert worker["template"]["spec"]["completions"] == 2
+    container = worker["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-4:] == ["python", "t.py", "--workers", "9"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--name", "x", "--image", "i:1"], "Missing argument"),
+    (["--name", "X", "--image", "i:1", "--", "t"], "is not usable"),
+    (["--name", "x", "--image", "i:1", "--kind", "indexed-job", "--ps", "1", "--", "t"], "never completes"),
+    (["--name", "x", "--image", "i:1", "--kind", "cronjob", "--", "t"], "Invalid value"),
+])
+def test_errors(capsys, argv, message):
+    assert main(["k8s", *argv]) == 2
+    assert message in capsys.readouterr().err
