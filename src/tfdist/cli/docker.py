@@ -75,6 +75,9 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
     kept_ignore = ignore.exists() and not ignore.read_text(encoding="utf-8").startswith(IGNORE_MARK)
     if not kept_ignore:
         ignore.write_text(files.dockerignore, encoding="utf-8")
+    if kept_ignore:
+        print(f"tfdist docker: warning: kept your own {ignore}; make sure it does not exclude {spec.lock}",
+              file=sys.stderr)
     if as_json:
         emit_json("docker", {"dockerfile": str(output), "dockerignore": None if kept_ignore else str(ignore),
                              "base_image": files.base_image, "tf": spec.tf, "flavour": spec.flavour,
@@ -82,9 +85,6 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
                              "run": files.run_command, "lock_missing": missing_lock is not None})
         return 0
     print(f"wrote {output} (FROM {files.base_image})" + ("" if kept_ignore else f" and {ignore}"))
-    if kept_ignore:
-        print(f"tfdist docker: warning: kept your own {ignore}; make sure it does not exclude {spec.lock}",
-              file=sys.stderr)
     if missing_lock:
         print(f"first:  {missing_lock}")
     print(f"build:  {files.build_command}")

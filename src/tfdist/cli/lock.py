@@ -38,6 +38,8 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
     from tfdist.deploy.lock import LockSpec, parse_header, render_conda, resolve
     from tfdist.errors import UsageError
 
+    if as_json and output == "-":
+        raise click.UsageError("--json needs -o FILE: with -o - the lock itself goes to stdout")
     index = None
     if mirror:
         from tfdist.mirror.catalog import get_mirror

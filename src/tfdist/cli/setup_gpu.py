@@ -25,6 +25,8 @@ def command(os: str, tf: str, driver: int | None, output: str, as_json: bool) ->
     The script installs no CUDA toolkit or cuDNN: tensorflow[and-cuda] brings them as pip wheels. It checks it runs
     as root on the stated OS, prints its plan, has a --dry-run mode and skips what is already installed.
     """
+    if as_json and output == "-":
+        raise click.UsageError("--json needs -o FILE: with -o - the script itself goes to stdout")
     name = "setup_gpu.sh" if output == "-" else Path(output).name
     text, choice = render_script(SetupGpuSpec(os=os, tf=tf, driver=driver, script_name=name))
     if output == "-":
