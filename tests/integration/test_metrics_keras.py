@@ -31,7 +31,8 @@ model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(from_logits=T
 def env(index):
     task = {"type": "worker", "index": index}
     return {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": task})}
-callbacks = [m.keras_callback(tm, examples_per_step=8)]
+backup = m.time_backups(tf.keras.callbacks.BackupAndRestore(os.path.join(log_dir, "backup"), save_freq=5), tm)
+callbacks = [backup, m.keras_callback(tm, examples_per_step=8)]
 callbacks += [m.tensorboard_callback(os.path.join(log_dir, f"w{i}"), examples_per_step=8, every_n_steps=2,
                                      environ=env(i)) for i in (0, 1)]
 history = model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
@@ -49,7 +50,8 @@ print(json.dumps({
     "steps": get("tfdist_train_steps_total", s), "examples": get("tfdist_train_examples_total", s),
     "observations": get("tfdist_train_step_duration_seconds_count", s),
     "loss": get("tfdist_train_loss", s), "final_loss": float(history.history["loss"][-1]),
-    "healthy": tm.health()[0], "tags": tags}))
+    "healthy": tm.health()[0], "tags": tags, "ckpt_step": get("tfdist_checkpoint_last_step", s),
+    "ckpt_count": get("tfdist_checkpoint_duration_seconds_count", s)}))
 '''
 
 
@@ -71,6 +73,8 @@ def test_callbacks_in_a_tf_keras_fit(tmp_path: Path) -> None:
     assert run["examples"] == 160
     assert run["observations"] == 10
     assert run["loss"] > 0 and run["healthy"]
+    # BackupAndRestore every 5 hook calls = 10 steps: saves after steps 10 and 20, timed by time_backups.
+    assert (run["ckpt_step"], run["ckpt_count"]) == (20, 2)
     # The chief (worker 0 of a chief-less cluster) writes the scalars; worker 1 writes nothing.
     assert {"train/loss", "train/step_time_seconds", "train/examples_per_second"} <= set(run["tags"]["0"])
     assert run["tags"]["1"] == []

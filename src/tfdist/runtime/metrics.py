@@ -479,6 +479,26 @@ def keras_callback(metrics: TrainingMetrics, examples_per_step: int | None = Non
     return MetricsCallback()
 
 
+def time_backups(backup: Any, metrics: TrainingMetrics) -> Any:
+    """Report each save of a tf-keras ``BackupAndRestore`` callback as a checkpoint (step and duration).
+
+    Wraps the callback's ``_backup`` method (tf-keras 2.x); returns the callback unchanged where it has none.
+    """
+    original = getattr(backup, "_backup", None)
+    if not callable(original):
+        return backup
+
+    def _backup(epoch: int, batch: int = 0) -> None:
+        started = time.perf_counter()
+        original(epoch=epoch, batch=batch)
+        elapsed = time.perf_counter() - started
+        iterations = getattr(getattr(backup.model, "optimizer", None), "iterations", None)
+        metrics.checkpoint_saved(int(iterations.numpy()) if iterations is not None else 0, elapsed)
+
+    backup._backup = _backup
+    return backup
+
+
 def is_chief(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether this task is the chief (writes summaries): ``chief``, else ``worker`` 0, else no TF_CONFIG."""
     try:
