@@ -10,6 +10,7 @@ Byte-code: an installed package has its .pyc files; a checkout run with PYTHONDO
 tfdist on every start. By default the children share a temporary PYTHONPYCACHEPREFIX, filled by one untimed
 warm-up round, so both commands run from cached byte-code as they would when installed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,11 @@ def main() -> int:
         env["PYTHONPYCACHEPREFIX"] = cache.name
     commands = {
         "tfdist doctor --json": [str(BIN / "tfdist"), "doctor", "--json"],
-        "import tensorflow; list GPUs": [str(BIN / "python"), "-c",
-                                         "import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))"],
+        "import tensorflow; list GPUs": [
+            str(BIN / "python"),
+            "-c",
+            "import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))",
+        ],
     }
     for argv in commands.values():  # warm-up: page cache and byte-code, not timed
         run_once(argv, env)
@@ -66,16 +70,19 @@ def main() -> int:
         cpu = statistics.median(r[1] for r in runs)
         rss = statistics.median(r[2] for r in runs)
         medians[name] = (wall, cpu, rss)
-        print(f"  {name:32s} wall {wall:6.3f} s   cpu {cpu:6.3f} s   peak RSS {rss:6.1f} MiB   exit {sorted({r[3] for r in runs})}")
+        statuses = sorted({r[3] for r in runs})
+        print(f"  {name:32s} wall {wall:6.3f} s   cpu {cpu:6.3f} s   peak RSS {rss:6.1f} MiB   exit {statuses}")
     doctor, baseline = results["tfdist doctor --json"], results["import tensorflow; list GPUs"]
-    ratios = [b[0] / d[0] for d, b in zip(doctor, baseline)]
+    ratios = [b[0] / d[0] for d, b in zip(doctor, baseline, strict=True)]
     ratio = statistics.median(ratios)
-    cpu_ratio = statistics.median(b[1] / d[1] for d, b in zip(doctor, baseline) if d[1] > 0)
+    cpu_ratio = statistics.median(b[1] / d[1] for d, b in zip(doctor, baseline, strict=True) if d[1] > 0)
     wall, _, rss = medians["tfdist doctor --json"]
     print(f"  speed-up (median of per-round ratios): wall {ratio:.1f}x, cpu {cpu_ratio:.1f}x")
-    checks = [(f"wall speed-up >= {GOAL_RATIO:g}x", ratio >= GOAL_RATIO),
-              (f"doctor wall <= {GOAL_SECONDS} s", wall <= GOAL_SECONDS),
-              (f"doctor peak RSS <= {GOAL_MIB:g} MiB", rss <= GOAL_MIB)]
+    checks = [
+        (f"wall speed-up >= {GOAL_RATIO:g}x", ratio >= GOAL_RATIO),
+        (f"doctor wall <= {GOAL_SECONDS} s", wall <= GOAL_SECONDS),
+        (f"doctor peak RSS <= {GOAL_MIB:g} MiB", rss <= GOAL_MIB),
+    ]
     for label, ok in checks:
         print(f"  goal {label}: {'met' if ok else 'NOT met'}")
     if cache is not None:

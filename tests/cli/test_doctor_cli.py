@@ -1,4 +1,5 @@
 """``tfdist doctor`` through the CLI entry point, on this machine."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def test_human_report_and_exit_status_without_gpu(capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.skipif(HAS_NVIDIA, reason="this machine has an NVIDIA GPU")
-def test_expect_gpu_flag_and_its_environment_twin(capsys: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_expect_gpu_flag_and_its_environment_twin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["doctor", "--json", "--expect-gpu"]) == 1
     assert json.loads(capsys.readouterr().out)["verdict"] == "problems"
     monkeypatch.setenv("TFDIST_DOCTOR_EXPECT_GPU", "1")
@@ -59,9 +61,11 @@ def test_help_names_flags_and_environment_twins(capsys: pytest.CaptureFixture[st
 
 
 def test_doctor_imports_neither_tensorflow_nor_rich_for_json() -> None:
-    code = ("import sys\nfrom tfdist.cli.main import main\nrc = main(['doctor', '--json'])\n"
-            "heavy = [m for m in ('tensorflow', 'rich', 'pynvml', 'packaging') if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)\n")
+    code = (
+        "import sys\nfrom tfdist.cli.main import main\nrc = main(['doctor', '--json'])\n"
+        "heavy = [m for m in ('tensorflow', 'rich', 'pynvml', 'packaging') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in done.stderr, done.stderr[-2000:]
     json.loads(done.stdout)

@@ -1,4 +1,5 @@
 """``tfdist doctor --verify`` imports the real TensorFlow of this environment in a child process."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +12,9 @@ import pytest
 from tfdist.cli.main import main
 
 # find_spec, not importorskip: the child process imports TensorFlow, this one must not.
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="--verify needs TensorFlow installed")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="--verify needs TensorFlow installed"
+)
 
 
 @pytest.mark.slow

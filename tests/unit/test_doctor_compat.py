@@ -1,4 +1,5 @@
 """The compatibility API read from the packaged data files, checked against the reference tables."""
+
 from __future__ import annotations
 
 import pytest

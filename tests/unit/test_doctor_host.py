@@ -1,5 +1,6 @@
 """The doctor on this very machine, compared with what the machine really is (found independently of tfdist's
 probes: importlib.metadata for the installed distributions, the filesystem for the NVIDIA driver)."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -13,8 +14,11 @@ import pytest
 from tfdist.doctor.core import DoctorConfig, run_doctor
 from tfdist.doctor.roots import ProbeRoots
 
-HAS_NVIDIA = (os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
-              or os.path.exists("/dev/nvidia0"))
+HAS_NVIDIA = (
+    os.path.exists("/proc/driver/nvidia/version")
+    or shutil.which("nvidia-smi") is not None
+    or os.path.exists("/dev/nvidia0")
+)
 TF_DISTS = {"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tf-nightly"}
 
 
@@ -62,9 +66,12 @@ def test_without_nvml_the_doctor_falls_back_to_nvidia_smi_on_path(tmp_path: Path
     if nvml is not None and "driver" in nvml:
         pytest.skip("NVML works on this machine, so there is nothing to fall back from")
     smi = tmp_path / "nvidia-smi"
-    header = (Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "nvidia-smi" / "a100_550.127.08.txt")
-    smi.write_text("#!/bin/sh\ncase \"$*\" in\n  *--query-gpu=*) echo '0, NVIDIA A100-SXM4-80GB, 550.127.08, 8.0, 81920';;\n"
-                   f"  *) /bin/cat '{header}';;\nesac\n", encoding="utf-8")
+    header = Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "nvidia-smi" / "a100_550.127.08.txt"
+    smi.write_text(
+        "#!/bin/sh\ncase \"$*\" in\n  *--query-gpu=*) echo '0, NVIDIA A100-SXM4-80GB, 550.127.08, 8.0, 81920';;\n"
+        f"  *) /bin/cat '{header}';;\nesac\n",
+        encoding="utf-8",
+    )
     smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
     env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     report = run_doctor(DoctorConfig(roots=ProbeRoots(env=env)))

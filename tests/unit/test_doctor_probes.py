@@ -1,5 +1,6 @@
 """Parsers and rules of the doctor, checked against real artefacts: build_info.py bodies of 30 official wheels,
 captured nvidia-smi and /proc text, TensorFlow log lines quoted in issues."""
+
 from __future__ import annotations
 
 import json
@@ -80,7 +81,9 @@ def test_nvidia_smi_headers(capture: str, driver: str, cuda: str) -> None:
 def test_query_output_with_and_without_compute_capability() -> None:
     gpus = parse_query("0, NVIDIA H200, 580.95.05, 9.0, 143771\n1, NVIDIA H200, 580.95.05, 9.0, 143771\n")
     assert [(g.index, g.name, g.compute_capability, g.cc_source, g.memory_mib) for g in gpus] == [
-        (0, "NVIDIA H200", "9.0", "nvidia-smi", 143771), (1, "NVIDIA H200", "9.0", "nvidia-smi", 143771)]
+        (0, "NVIDIA H200", "9.0", "nvidia-smi", 143771),
+        (1, "NVIDIA H200", "9.0", "nvidia-smi", 143771),
+    ]
     old = parse_query("0, Tesla K80, 470.82.01, 11441\n")  # R470: no compute_cap column, the name table fills it
     assert (old[0].compute_capability, old[0].cc_source) == ("3.7", "name-table")
     assert parse_query('Field "compute_cap" is not a valid field to query.\n') == []
@@ -116,12 +119,18 @@ def test_install_commands() -> None:
     assert install_command("2.13", gpu=True) == "pip install 'tensorflow==2.13.*'"
     assert install_command("2.0", gpu=True) == "pip install 'tensorflow-gpu==2.0.*'"
     assert install_command("2.20", gpu=False, index_url="https://mirror.example/simple") == (
-        "pip install --index-url https://mirror.example/simple 'tensorflow==2.20.*' 'tf-keras==2.20.*'")
+        "pip install --index-url https://mirror.example/simple 'tensorflow==2.20.*' 'tf-keras==2.20.*'"
+    )
 
 
 def test_dist_info_names(tmp_path: Path) -> None:
-    for name in ("tf_nightly-2.22.0.dev20260101.dist-info", "tensorflow_cpu-2.16.1.dist-info",
-                 "nvidia_cudnn_cu12-9.3.0.75.dist-info", "tf_keras-2.21.0.dist-info", "README.txt"):
+    for name in (
+        "tf_nightly-2.22.0.dev20260101.dist-info",
+        "tensorflow_cpu-2.16.1.dist-info",
+        "nvidia_cudnn_cu12-9.3.0.75.dist-info",
+        "tf_keras-2.21.0.dist-info",
+        "README.txt",
+    ):
         (tmp_path / name).mkdir()
     found = installed_distributions((tmp_path,))
     assert found["tf-nightly"].version == "2.22.0.dev20260101"
@@ -158,7 +167,9 @@ def test_pip_index_from_environment_and_config(tmp_path: Path) -> None:
     config.write_text("[global]\nindex-url = https://mirror.example/pypi/simple\n", encoding="utf-8")
     roots = ProbeRoots(sys_root=tmp_path / "root", env={"HOME": str(home)}, prefix=str(tmp_path / "venv"))
     assert configured_index_url(roots) == ("https://mirror.example/pypi/simple", str(config))
-    env_roots = ProbeRoots(sys_root=tmp_path / "root", env={"HOME": str(home), "PIP_INDEX_URL": "https://other.example/simple"})
+    env_roots = ProbeRoots(
+        sys_root=tmp_path / "root", env={"HOME": str(home), "PIP_INDEX_URL": "https://other.example/simple"}
+    )
     assert configured_index_url(env_roots) == ("https://other.example/simple", "PIP_INDEX_URL")
     off = ProbeRoots(sys_root=tmp_path / "root", env={"HOME": str(home), "PIP_CONFIG_FILE": os.devnull})
     assert configured_index_url(off) == (None, None)
@@ -179,7 +190,10 @@ def test_tensorflow_log_lines_map_to_causes() -> None:
     matches = match_log(TF_LOG)
     assert [m.cause for m in matches] == ["noise", "cudnn-too-old", "dnn-init-failed"]
     findings = findings_from(matches, gpu_expected=True, gpus_seen=1, ran=True, tail="")
-    assert [(f.id, f.severity) for f in findings] == [("tf-log-cudnn-too-old", "error"), ("tf-log-dnn-init-failed", "error")]
+    assert [(f.id, f.severity) for f in findings] == [
+        ("tf-log-cudnn-too-old", "error"),
+        ("tf-log-dnn-init-failed", "error"),
+    ]
     assert "nvidia-cudnn-cu12" in (findings[0].fix or "")
 
 
@@ -187,5 +201,7 @@ def test_gpu_log_lines_are_information_without_a_gpu() -> None:
     line = "I0000 00:00:1700000000.1 12345 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used."
     findings = findings_from(match_log(line), gpu_expected=False, gpus_seen=0, ran=True, tail="")
     assert [(f.id, f.severity) for f in findings] == [("tf-log-cudart-not-loaded", "info")]
-    failed = findings_from([], gpu_expected=False, gpus_seen=0, ran=False, tail="ImportError: libcudart.so.11.0: cannot open")
+    failed = findings_from(
+        [], gpu_expected=False, gpus_seen=0, ran=False, tail="ImportError: libcudart.so.11.0: cannot open"
+    )
     assert failed[0].id == "tensorflow-import-failed" and "libcudart" in failed[0].evidence[-1]

@@ -1,6 +1,7 @@
 """End-to-end scenarios: each fixture builds a fake machine (captured nvidia-smi output on PATH, /proc text,
 library files, an ldconfig cache, dist-info folders and real build_info.py files) and the doctor, run through all
 its probes, must reach the expected verdict, findings and fixes."""
+
 from __future__ import annotations
 
 import dataclasses

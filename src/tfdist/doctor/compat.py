@@ -4,6 +4,7 @@ Other commands (``lock``, ``docker``, ``setup-gpu``) use this module too, so its
 :func:`tf_build`, :func:`known_tf_versions`, :func:`min_driver_for_cuda`. The data files are read on first use
 and cached for the life of the process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -150,7 +151,9 @@ def min_driver_for_cuda(cuda: str, *, minor_compat: bool = False, windows: bool 
                 return str(row[column])
     family_rows = [r for r in data["toolkit"] if vtuple(r["cuda"])[:2] == key[:2]]
     if not family_rows:
-        raise UsageError(f"no driver data for CUDA {cuda}", hint="known: CUDA 8.0 to 13.x", reference="doctor-unknown-cuda")
+        raise UsageError(
+            f"no driver data for CUDA {cuda}", hint="known: CUDA 8.0 to 13.x", reference="doctor-unknown-cuda"
+        )
     family_rows.sort(key=lambda r: vtuple(r["cuda"]))
     if len(key) >= 3:
         eligible = [r for r in family_rows if vtuple(r["cuda"]) <= key] or family_rows[:1]
@@ -196,7 +199,7 @@ def architecture_of(cc: str) -> str:
 
 
 def cuda_libraries(cuda: str, cudnn_major: str | None) -> dict[str, str]:
-    """Component -> soname a CUDA build of TF opens (``{"cudart": "libcudart.so.12", ..., "cudnn": "libcudnn.so.9"}``)."""
+    """Component -> soname a CUDA build of TF opens (``"cudart": "libcudart.so.12"``, ``"cudnn": "libcudnn.so.9"``)."""
     families: dict[str, dict[str, str]] = load_data("cuda_libs")["families"]
     parts = vtuple(cuda)
     candidates = [f"{parts[0]}.{parts[1] if len(parts) > 1 else 0}", str(parts[0])]

@@ -1,4 +1,5 @@
 """Derived facts the checks share: the installed build, which GPUs are usable, where each library resolves."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,7 +44,9 @@ class Context:
         """An NVIDIA GPU is on this machine, whether or not its driver works."""
         driver = self.facts.driver
         return bool(driver.gpus or driver.pci_devices or driver.kernel_module_version) or driver.state in (
-            "not-loaded", "mismatch")
+            "not-loaded",
+            "mismatch",
+        )
 
     @property
     def gpu_wanted(self) -> bool:

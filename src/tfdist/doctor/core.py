@@ -1,4 +1,5 @@
 """Run the doctor: probe, check, decide the verdict, and optionally recommend and verify."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -72,7 +73,11 @@ def decide(ctx: Context, findings: list[Finding]) -> Verdict:
         return Verdict("no-tensorflow", "TensorFlow is not installed; nothing stops it from running here", status)
     if ctx.cuda_build and ctx.driver_ok and ctx.linux:
         names = ", ".join(sorted({g.name for g in gpus}))
-        return Verdict("gpu-ready", f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names})", status)
+        return Verdict(
+            "gpu-ready",
+            f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names})",
+            status,
+        )
     reason = "this machine has no NVIDIA GPU" if not ctx.gpu_present else "no usable GPU for this build"
     return Verdict("cpu-only", f"TensorFlow {version} will run on the CPU: {reason}", status)
 
@@ -90,12 +95,18 @@ def run_doctor(config: DoctorConfig) -> Report:
     if config.verify and ctx.tf_installed:
         from tfdist.doctor.verify import run_verification  # imports subprocess machinery only when asked
 
-        verification = run_verification(config.roots.python_executable, env=dict(config.roots.env), timeout_s=config.verify_timeout_s,
-                                        gpu_expected=ctx.gpu_wanted)
+        verification = run_verification(
+            config.roots.python_executable,
+            env=dict(config.roots.env),
+            timeout_s=config.verify_timeout_s,
+            gpu_expected=ctx.gpu_wanted,
+        )
         findings = sort_findings(findings + list(verification.findings))
     verdict = decide(ctx, findings)
     if verification is not None and verification.ok and verdict.status != "problems":
         gpus = len(verification.gpus)
         if gpus:
-            verdict = Verdict("gpu-ready", f"TensorFlow ran an op on {gpus} GPU{'s' if gpus > 1 else ''}", verdict.exit_status)
+            verdict = Verdict(
+                "gpu-ready", f"TensorFlow ran an op on {gpus} GPU{'s' if gpus > 1 else ''}", verdict.exit_status
+            )
     return Report(facts, tuple(findings), verdict, rec, verification)

@@ -1,4 +1,5 @@
 """The facts the probes collect: plain frozen dataclasses, serialised as they are into ``--json``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """The finding type and the verdict: what the checks produce and how they become an exit status."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """The package index pip will use, read cheaply from ``PIP_INDEX_URL`` and pip's configuration files (read only:
 this never writes or runs pip)."""
+
 from __future__ import annotations
 
 import os

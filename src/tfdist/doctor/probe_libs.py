@@ -1,5 +1,6 @@
 """CUDA runtime, cuBLAS, cuDNN, NCCL and driver libraries: where they are, their versions, and whether the dynamic
 loader can find them by name (``LD_LIBRARY_PATH``, the ``ldconfig`` cache) or only through a package's own path."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,11 @@ def _scan_dir(folder: Path, origin: str, on_loader_path: bool, prefixes: tuple[s
         names = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [Library(n, str(folder / n), file_version(folder / n), origin, on_loader_path)
-            for n in names if _interesting(n, prefixes)]
+    return [
+        Library(n, str(folder / n), file_version(folder / n), origin, on_loader_path)
+        for n in names
+        if _interesting(n, prefixes)
+    ]
 
 
 def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str | None, list[Library]]:
@@ -46,8 +50,9 @@ def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str
     if ldconfig is None:
         return None, []
     try:
-        done = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=roots.timeout_s,
-                              env=dict(roots.env))
+        done = subprocess.run(
+            [ldconfig, "-p"], capture_output=True, text=True, timeout=roots.timeout_s, env=dict(roots.env)
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ldconfig, []
     foreign = "x86-64" if roots.machine == "x86_64" else None
@@ -67,7 +72,10 @@ def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str
 
 
 def pip_component(dist: str) -> str | None:
-    """``nvidia-cudnn-cu12`` -> ``cudnn``; ``nvidia-cuda-runtime-cu12`` -> ``cuda_runtime`` (the site-packages folder)."""
+    """The site-packages folder: ``nvidia-cudnn-cu12`` -> ``cudnn``, ``nvidia-cuda-runtime-cu12`` -> ``cuda_runtime``.
+
+    Returns ``None`` for names that are not CUDA component wheels.
+    """
     match = re.fullmatch(r"nvidia-(.+?)-cu\d+", dist)
     return match.group(1).replace("-", "_") if match else None
 
@@ -119,11 +127,18 @@ def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> Library
     libraries += _scan_dir(wsl, "wsl", os.path.realpath(wsl) in loader_dirs, prefixes)
     conda = roots.env.get("CONDA_PREFIX")
     if conda:
-        libraries += _scan_dir(Path(conda) / "lib", "conda", os.path.realpath(Path(conda) / "lib") in loader_dirs, prefixes)
+        libraries += _scan_dir(
+            Path(conda) / "lib", "conda", os.path.realpath(Path(conda) / "lib") in loader_dirs, prefixes
+        )
 
     # The same folder is often reachable twice (/usr/local/cuda -> cuda-13.0): one entry per real folder and name.
     unique: dict[tuple[str, str], Library] = {}
     for lib in libraries:
         unique.setdefault((os.path.realpath(os.path.dirname(lib.path)), lib.name), lib)
-    return LibraryFacts(libraries=tuple(unique.values()), toolkits=tuple(toolkits),
-                        ptxas=roots.which("ptxas"), pip_ptxas=pip_ptxas, ldconfig=ldconfig)
+    return LibraryFacts(
+        libraries=tuple(unique.values()),
+        toolkits=tuple(toolkits),
+        ptxas=roots.which("ptxas"),
+        pip_ptxas=pip_ptxas,
+        ldconfig=ldconfig,
+    )

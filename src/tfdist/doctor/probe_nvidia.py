@@ -3,6 +3,7 @@
 The kernel module's own version (``/proc/driver/nvidia/version``) and the NVIDIA devices on the PCI bus are read
 in every case: they tell "no GPU here" apart from "a GPU whose driver is not loaded".
 """
+
 from __future__ import annotations
 
 import os
@@ -129,7 +130,11 @@ def _probe_nvml(roots: ProbeRoots, libraries: LibraryFacts | None) -> tuple[dict
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
             gpus.append(Gpu(index, name, f"{major}.{minor}", "nvml", int(memory)))
-        return {"driver": driver.decode() if isinstance(driver, bytes) else str(driver), "cuda": cuda, "gpus": gpus}, None
+        return {
+            "driver": driver.decode() if isinstance(driver, bytes) else str(driver),
+            "cuda": cuda,
+            "gpus": gpus,
+        }, None
     except pynvml.NVMLError as failure:
         return None, f"NVML query failed: {failure}"
     finally:
@@ -162,8 +167,13 @@ def parse_query(text: str) -> list[Gpu]:
             continue
         cc = cells[3] if len(cells) == 5 and re.fullmatch(r"\d+\.\d+", cells[3]) else None
         memory = cells[-1].split()[0] if cells[-1] else ""
-        gpus.append(_with_table_cc(Gpu(int(cells[0]), cells[1], cc, "nvidia-smi" if cc else None,
-                                       int(memory) if memory.isdigit() else None)))
+        gpus.append(
+            _with_table_cc(
+                Gpu(
+                    int(cells[0]), cells[1], cc, "nvidia-smi" if cc else None, int(memory) if memory.isdigit() else None
+                )
+            )
+        )
     return gpus
 
 
@@ -175,8 +185,10 @@ def _probe_smi(smi: str, roots: ProbeRoots) -> dict[str, Any]:
     query_rc, table = _collect(query_proc, roots)
     if query_rc != 0 and "compute_cap" in table:
         # R470 and older reject the compute_cap field; the name table fills it in.
-        query_rc, table = _collect(_run([smi, "--query-gpu=index,name,driver_version,memory.total",
-                                         "--format=csv,noheader,nounits"], roots), roots)
+        query_rc, table = _collect(
+            _run([smi, "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"], roots),
+            roots,
+        )
     result: dict[str, Any] = {"gpus": parse_query(table) if query_rc == 0 else []}
     driver = _HEADER_DRIVER.search(header)
     cuda = _HEADER_CUDA.search(header)
@@ -224,14 +236,25 @@ def probe_driver(roots: ProbeRoots, libraries: LibraryFacts | None = None) -> Dr
     module_version = kernel_module_version(proc_text)
     pci = _pci_devices(roots) if roots.platform.startswith("linux") else ()
     dev_nodes = roots.path("/dev/nvidia0").exists() or roots.path("/dev/dxg").exists()
-    common = {"kernel_module_version": module_version, "kernel_module_text": (proc_text or "").strip() or None,
-              "pci_devices": pci, "dev_nodes": dev_nodes}
+    common = {
+        "kernel_module_version": module_version,
+        "kernel_module_text": (proc_text or "").strip() or None,
+        "pci_devices": pci,
+        "dev_nodes": dev_nodes,
+    }
 
     nvml, nvml_error = _probe_nvml(roots, libraries)
     if nvml is not None and "driver" in nvml:
         state = "ok" if nvml["gpus"] else "no-devices"
-        return DriverFacts(state=state, source="nvml", driver_version=nvml["driver"], cuda_driver_version=nvml["cuda"],
-                           gpus=tuple(nvml["gpus"]), nvml_error=None, **common)
+        return DriverFacts(
+            state=state,
+            source="nvml",
+            driver_version=nvml["driver"],
+            cuda_driver_version=nvml["cuda"],
+            gpus=tuple(nvml["gpus"]),
+            nvml_error=None,
+            **common,
+        )
     nvml_kind = (nvml or {}).get("error_kind")
 
     # On WSL2 the Windows driver exposes nvidia-smi in /usr/lib/wsl/lib, which is not always on PATH.
@@ -240,18 +263,41 @@ def probe_driver(roots: ProbeRoots, libraries: LibraryFacts | None = None) -> Dr
         found = _probe_smi(smi, roots)
         kind = found.get("error_kind")
         if kind is None:
-            return DriverFacts(state="ok" if found["gpus"] else "no-devices", source="nvidia-smi",
-                               driver_version=found["driver"], cuda_driver_version=found["cuda"],
-                               gpus=tuple(found["gpus"]), nvml_error=nvml_error, nvidia_smi=smi, **common)
-        state = {"driver-not-loaded": "not-loaded", "version-mismatch": "mismatch", "no-devices": "no-devices"}.get(kind, "error")
-        return DriverFacts(state=state, source="nvidia-smi" if found["driver"] else None, driver_version=found["driver"],
-                           cuda_driver_version=found["cuda"], gpus=tuple(found["gpus"]), nvml_error=nvml_error,
-                           nvidia_smi=smi, nvidia_smi_error=found.get("error"), **common)
+            return DriverFacts(
+                state="ok" if found["gpus"] else "no-devices",
+                source="nvidia-smi",
+                driver_version=found["driver"],
+                cuda_driver_version=found["cuda"],
+                gpus=tuple(found["gpus"]),
+                nvml_error=nvml_error,
+                nvidia_smi=smi,
+                **common,
+            )
+        state = {"driver-not-loaded": "not-loaded", "version-mismatch": "mismatch", "no-devices": "no-devices"}.get(
+            kind, "error"
+        )
+        return DriverFacts(
+            state=state,
+            source="nvidia-smi" if found["driver"] else None,
+            driver_version=found["driver"],
+            cuda_driver_version=found["cuda"],
+            gpus=tuple(found["gpus"]),
+            nvml_error=nvml_error,
+            nvidia_smi=smi,
+            nvidia_smi_error=found.get("error"),
+            **common,
+        )
 
     if module_version is not None:
         state = "mismatch" if nvml_kind == "version-mismatch" else "ok"
-        return DriverFacts(state=state, source="proc", driver_version=module_version, gpus=tuple(_proc_gpus(roots)),
-                           nvml_error=nvml_error, **common)
+        return DriverFacts(
+            state=state,
+            source="proc",
+            driver_version=module_version,
+            gpus=tuple(_proc_gpus(roots)),
+            nvml_error=nvml_error,
+            **common,
+        )
     if nvml_kind == "version-mismatch":
         return DriverFacts(state="mismatch", nvml_error=nvml_error, **common)
     state = "not-loaded" if (pci or nvml_kind == "driver-not-loaded") else "absent"

@@ -1,6 +1,7 @@
 """Which TensorFlow distribution(s) are installed, how the installed files were built, and the Python packages
 around it (Keras 3 / tf-keras, torch, pip's nvidia-* wheels). Nothing is imported: folder names, ``RECORD`` and
 ``build_info.py`` (parsed with :mod:`ast`) say it all."""
+
 from __future__ import annotations
 
 import ast
@@ -39,8 +40,9 @@ def installed_distributions(site_dirs: tuple[Path, ...]) -> dict[str, Distributi
                     stem = entry[: -len(suffix)]
                     name, _, version = stem.partition("-")
                     if version:
-                        found.setdefault(normalize(name), Distribution(normalize(name), version.split("-")[0],
-                                                                       str(site / entry)))
+                        found.setdefault(
+                            normalize(name), Distribution(normalize(name), version.split("-")[0], str(site / entry))
+                        )
     return found
 
 
@@ -107,7 +109,7 @@ def _record_line(dist: Distribution, relative: str) -> str | None:
     if start == 0 and not data.startswith(key):
         return None
     end = data.find(b"\n", start)
-    return data[start:end if end >= 0 else len(data)].decode("utf-8", "replace").strip()
+    return data[start : end if end >= 0 else len(data)].decode("utf-8", "replace").strip()
 
 
 def _files_owner(dists: list[Distribution], build_info: Path, relative: str) -> str | None:
@@ -178,5 +180,7 @@ def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
         tf_keras=dists["tf-keras"].version if "tf-keras" in dists else None,
         torch=torch.version if torch else None,
         torch_cudnn_pin=_requirement(torch, "nvidia-cudnn-cu") if torch else None,
-        nvidia_wheels={n: d.version for n, d in sorted(dists.items()) if n.startswith("nvidia-") and n != "nvidia-ml-py"},
+        nvidia_wheels={
+            n: d.version for n, d in sorted(dists.items()) if n.startswith("nvidia-") and n != "nvidia-ml-py"
+        },
     )

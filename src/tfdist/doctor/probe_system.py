@@ -1,4 +1,5 @@
 """Operating system, distribution, kernel, glibc, WSL2, container, Python and its environment."""
+
 from __future__ import annotations
 
 import os

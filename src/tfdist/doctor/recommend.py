@@ -1,4 +1,5 @@
 """``tfdist doctor --recommend``: the newest TensorFlow this machine's driver, GPU, Python and glibc can run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,12 @@ def cc_support(cc: str, compiled: tuple[str, ...] | list[str]) -> str:
     have = (parts[0], parts[1])
     for arch in compiled:
         kind, _, number = arch.partition("_")
-        if kind == "sm" and number.isdigit() and divmod(int(number), 10)[0] == have[0] \
-                and divmod(int(number), 10)[1] <= have[1]:
+        if (
+            kind == "sm"
+            and number.isdigit()
+            and divmod(int(number), 10)[0] == have[0]
+            and divmod(int(number), 10)[1] <= have[1]
+        ):
             return "sass"
     for arch in compiled:
         kind, _, number = arch.partition("_")
@@ -99,7 +104,9 @@ def _blockers(build: compat.TfBuild, facts: Facts, gpu: bool) -> list[str]:
             if not device.compute_capability:
                 continue
             if officially_unsupported(device.compute_capability, build.version):
-                reasons.append(f"official wheels do not support {device.name} (compute capability {device.compute_capability})")
+                reasons.append(
+                    f"official wheels do not support {device.name} (compute capability {device.compute_capability})"
+                )
             elif cc_support(device.compute_capability, build.compute_capabilities) == "none":
                 reasons.append(f"not compiled for compute capability {device.compute_capability} ({device.name})")
     return reasons
@@ -109,8 +116,12 @@ def recommend(facts: Facts, index_url: str | None = None, *, expect_gpu: bool = 
     """Pick the newest official TensorFlow release this machine can run, on its GPU when it has a usable one."""
     system, driver = facts.system, facts.driver
     if system.platform == "darwin":
-        return Recommendation(None, False, "pip install tensorflow tensorflow-metal",
-                              notes=("macOS has no CUDA; tensorflow-metal runs TensorFlow on Apple GPUs",))
+        return Recommendation(
+            None,
+            False,
+            "pip install tensorflow tensorflow-metal",
+            notes=("macOS has no CUDA; tensorflow-metal runs TensorFlow on Apple GPUs",),
+        )
     windows = system.platform == "win32"
     gpu = driver.state == "ok" and bool(driver.gpus) and not windows
     skipped: list[str] = []
@@ -132,7 +143,9 @@ def recommend(facts: Facts, index_url: str | None = None, *, expect_gpu: bool = 
     for device in driver.gpus:
         if device.compute_capability and chosen and officially_unsupported(device.compute_capability, chosen):
             rule = compat.load_data("gpus")["official_tf_unsupported"]
-            notes.append(f"{device.name}: run the NGC container instead: docker run --gpus all -it --rm {rule['container']}")
+            notes.append(
+                f"{device.name}: run the NGC container instead: docker run --gpus all -it --rm {rule['container']}"
+            )
             break
     if chosen and gpu and vtuple(chosen) < (2, 14):
         build = compat.tf_build(chosen)
@@ -142,9 +155,13 @@ def recommend(facts: Facts, index_url: str | None = None, *, expect_gpu: bool = 
     if chosen is None:
         return Recommendation(None, False, None, skipped=tuple(skipped), notes=tuple(notes))
     return Recommendation(
-        version=chosen, gpu=gpu, command=install_command(chosen, gpu=gpu),
+        version=chosen,
+        gpu=gpu,
+        command=install_command(chosen, gpu=gpu),
         mirror_command=install_command(chosen, gpu=gpu, index_url=index_url) if index_url else None,
-        index_url=index_url, skipped=tuple(skipped), notes=tuple(notes),
+        index_url=index_url,
+        skipped=tuple(skipped),
+        notes=tuple(notes),
     )
 
 

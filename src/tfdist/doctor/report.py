@@ -1,5 +1,6 @@
 """Output: the ``--json`` document and the human report (grouped, coloured on a terminal, plain when piped so
 it can be pasted into an issue). rich is imported only for the human report."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,13 @@ def _relevant_libraries(report: Report) -> list[Any]:
     libs = report.facts.libraries.libraries
     # Soname entries only (libcudnn.so.9, libcudart.so.10.1), not the development links (libcudnn.so) or the
     # fully versioned files behind them (libcudnn.so.9.1.0).
-    return [lib for lib in libs if lib.name.count(".so.") == 1 and lib.name.split(".so.")[1].count(".") <= 1
-            and not (lib.name.startswith(("libcuda.so.", "libnvidia-ml.so.")) and lib.name.split(".so.")[1] != "1")]
+    return [
+        lib
+        for lib in libs
+        if lib.name.count(".so.") == 1
+        and lib.name.split(".so.")[1].count(".") <= 1
+        and not (lib.name.startswith(("libcuda.so.", "libnvidia-ml.so.")) and lib.name.split(".so.")[1] != "1")
+    ]
 
 
 def render(report: Report, *, console: Any = None) -> None:
@@ -47,17 +53,24 @@ def render(report: Report, *, console: Any = None) -> None:
     out.print(f"[{verdict_style}]{escape(report.verdict.summary)}[/]  (verdict: {report.verdict.status})")
 
     out.print("\n[bold]System[/]")
-    where = [system.os_name or system.platform, f"kernel {system.kernel}" if system.kernel else None,
-             f"glibc {system.glibc}" if system.glibc else None, "WSL2" if system.wsl else None,
-             f"in {system.container} container" if system.container else None]
+    where = [
+        system.os_name or system.platform,
+        f"kernel {system.kernel}" if system.kernel else None,
+        f"glibc {system.glibc}" if system.glibc else None,
+        "WSL2" if system.wsl else None,
+        f"in {system.container} container" if system.container else None,
+    ]
     out.print("  " + escape(", ".join(w for w in where if w)))
     env = f"{system.environment} {system.environment_prefix}" if system.environment_prefix else system.environment
     out.print(f"  Python {system.python_version} ({escape(system.python_executable)}, {escape(env)})")
 
     out.print("\n[bold]NVIDIA driver[/]")
     if driver.driver_version:
-        out.print(f"  driver {driver.driver_version} via {driver.source}, supports CUDA up to {driver.cuda_driver_version or '?'}"
-                  + (f", kernel module {driver.kernel_module_version}" if driver.kernel_module_version else ""))
+        out.print(
+            f"  driver {driver.driver_version} via {driver.source}, "
+            f"supports CUDA up to {driver.cuda_driver_version or '?'}"
+            + (f", kernel module {driver.kernel_module_version}" if driver.kernel_module_version else "")
+        )
     else:
         out.print(f"  none found (state: {driver.state})")
     if driver.gpus:
@@ -65,24 +78,36 @@ def render(report: Report, *, console: Any = None) -> None:
         for column in ("GPU", "name", "compute capability", "memory"):
             table.add_column(column)
         for gpu in driver.gpus:
-            table.add_row(str(gpu.index), escape(gpu.name), f"{gpu.compute_capability or '?'}",
-                          f"{gpu.memory_mib} MiB" if gpu.memory_mib else "?")
+            table.add_row(
+                str(gpu.index),
+                escape(gpu.name),
+                f"{gpu.compute_capability or '?'}",
+                f"{gpu.memory_mib} MiB" if gpu.memory_mib else "?",
+            )
         out.print(table)
 
     out.print("\n[bold]TensorFlow[/]")
     if tf.dists:
-        out.print("  " + escape(", ".join(f"{d.name} {d.version}" for d in tf.dists))
-                  + (f" (files from {tf.files_owner})" if len(tf.dists) > 1 and tf.files_owner else ""))
+        out.print(
+            "  "
+            + escape(", ".join(f"{d.name} {d.version}" for d in tf.dists))
+            + (f" (files from {tf.files_owner})" if len(tf.dists) > 1 and tf.files_owner else "")
+        )
     else:
         out.print("  not installed")
     if tf.build_info:
         info = tf.build_info
-        out.print(f"  build: CUDA build {info.get('is_cuda_build')}, CUDA {info.get('cuda_version', '-')}, "
-                  f"cuDNN {info.get('cudnn_version', '-')}, "
-                  f"{', '.join(info.get('cuda_compute_capabilities', []) or []) or 'no compute capabilities'}"  # type: ignore[arg-type]
-                  f" ({tf.build_info_format})")
-    extras = [f"keras {tf.keras}" if tf.keras else None, f"tf-keras {tf.tf_keras}" if tf.tf_keras else None,
-              f"torch {tf.torch}" if tf.torch else None]
+        out.print(
+            f"  build: CUDA build {info.get('is_cuda_build')}, CUDA {info.get('cuda_version', '-')}, "
+            f"cuDNN {info.get('cudnn_version', '-')}, "
+            f"{', '.join(info.get('cuda_compute_capabilities', []) or []) or 'no compute capabilities'}"  # type: ignore[arg-type]
+            f" ({tf.build_info_format})"
+        )
+    extras = [
+        f"keras {tf.keras}" if tf.keras else None,
+        f"tf-keras {tf.tf_keras}" if tf.tf_keras else None,
+        f"torch {tf.torch}" if tf.torch else None,
+    ]
     if any(extras):
         out.print("  " + ", ".join(e for e in extras if e))
     if tf.nvidia_wheels:
@@ -95,8 +120,12 @@ def render(report: Report, *, console: Any = None) -> None:
         for column in ("library", "version", "from", "path"):
             table.add_column(column)
         for lib in libs:
-            table.add_row(lib.name, lib.version or "?", lib.origin + ("" if lib.on_loader_path or lib.origin.startswith("pip") else " (not on loader path)"),
-                          escape(lib.path))
+            table.add_row(
+                lib.name,
+                lib.version or "?",
+                lib.origin + ("" if lib.on_loader_path or lib.origin.startswith("pip") else " (not on loader path)"),
+                escape(lib.path),
+            )
         out.print(table)
 
     out.print("\n[bold]Findings[/]")
@@ -118,7 +147,9 @@ def render(report: Report, *, console: Any = None) -> None:
     if rec is not None:
         out.print("\n[bold]Recommendation[/]")
         if rec.version:
-            out.print(f"  TensorFlow {rec.version} ({'GPU' if rec.gpu else 'CPU'}): [bold]{escape(rec.command or '')}[/]")
+            out.print(
+                f"  TensorFlow {rec.version} ({'GPU' if rec.gpu else 'CPU'}): [bold]{escape(rec.command or '')}[/]"
+            )
         else:
             out.print("  no official TensorFlow release fits this machine")
         if rec.mirror_command:
@@ -131,7 +162,9 @@ def render(report: Report, *, console: Any = None) -> None:
     verification = report.verification
     if verification is not None:
         out.print("\n[bold]Verification[/] (TensorFlow imported in a child process)")
-        out.print(f"  {'ran' if verification.ok else 'failed'} in {verification.duration_s} s: TensorFlow "  # type: ignore[attr-defined]
-                  f"{verification.version or '?'}, GPUs {list(verification.gpus)}, CPU op ok: {verification.cpu_op}")  # type: ignore[attr-defined]
+        out.print(
+            f"  {'ran' if verification.ok else 'failed'} in {verification.duration_s} s: TensorFlow "  # type: ignore[attr-defined]
+            f"{verification.version or '?'}, GPUs {list(verification.gpus)}, CPU op ok: {verification.cpu_op}"
+        )  # type: ignore[attr-defined]
         for match in verification.matches:  # type: ignore[attr-defined]
             out.print(f"  [dim]log ({match.cause}): {escape(match.line)}[/]")

@@ -1,6 +1,7 @@
 """Where the probes look. Every path, variable and interpreter fact the doctor reads comes through
 :class:`ProbeRoots`, so a test can point the whole doctor at a fake machine (a temporary root with ``/proc`` text,
 library files, dist-info folders and a fake ``nvidia-smi`` on ``PATH``) and run it end to end."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """``tfdist doctor --verify``: import TensorFlow in a child process, list its devices, run one small op on each
 GPU, and map TensorFlow's own log lines to the known causes. A child process because importing TensorFlow can
 abort the process or spend minutes in PTX JIT."""
+
 from __future__ import annotations
 
 import json
@@ -71,31 +72,58 @@ def match_log(text: str) -> list[LogMatch]:
     for line in text.splitlines():
         for pattern, cause in causes:
             if cause["id"] not in seen and pattern.search(line):
-                seen[cause["id"]] = LogMatch(cause["id"], cause["severity"], cause["title"], line.strip()[:400], cause["fix"])
+                seen[cause["id"]] = LogMatch(
+                    cause["id"], cause["severity"], cause["title"], line.strip()[:400], cause["fix"]
+                )
                 break
     return list(seen.values())
 
 
-def findings_from(matches: list[LogMatch], *, gpu_expected: bool, gpus_seen: int, ran: bool, tail: str) -> list[Finding]:
+def findings_from(
+    matches: list[LogMatch], *, gpu_expected: bool, gpus_seen: int, ran: bool, tail: str
+) -> list[Finding]:
     """Turn the child's outcome into findings. Without a GPU to expect, GPU log lines are information only."""
     findings = []
     if not ran:
-        findings.append(Finding("tensorflow-import-failed", ERROR, "Importing TensorFlow failed in a child process",
-                                tuple(tail.strip().splitlines()[-5:]) or ("no output",), fix=None))
+        findings.append(
+            Finding(
+                "tensorflow-import-failed",
+                ERROR,
+                "Importing TensorFlow failed in a child process",
+                tuple(tail.strip().splitlines()[-5:]) or ("no output",),
+                fix=None,
+            )
+        )
     for match in matches:
         if match.severity == "noise":
             continue
         severity = match.severity if gpu_expected else INFO
-        findings.append(Finding(f"tf-log-{match.cause}", severity if severity in (ERROR, WARNING) else INFO,
-                                match.title, (f"TensorFlow log: {match.line}",), fix=match.fix))
+        findings.append(
+            Finding(
+                f"tf-log-{match.cause}",
+                severity if severity in (ERROR, WARNING) else INFO,
+                match.title,
+                (f"TensorFlow log: {match.line}",),
+                fix=match.fix,
+            )
+        )
     if ran and gpu_expected and gpus_seen == 0 and not any(f.severity == ERROR for f in findings):
-        findings.append(Finding("tf-sees-no-gpu", ERROR, "TensorFlow lists no GPU although one is present",
-                                ("tf.config.list_physical_devices('GPU') == []",), fix=None,
-                                detail="No known log line explains it; rerun with TF_CPP_MIN_LOG_LEVEL=0 and read the output."))
+        findings.append(
+            Finding(
+                "tf-sees-no-gpu",
+                ERROR,
+                "TensorFlow lists no GPU although one is present",
+                ("tf.config.list_physical_devices('GPU') == []",),
+                fix=None,
+                detail="No known log line explains it; rerun with TF_CPP_MIN_LOG_LEVEL=0 and read the output.",
+            )
+        )
     return findings
 
 
-def run_verification(python: str, *, env: dict[str, str], timeout_s: float = 180.0, gpu_expected: bool = True) -> Verification:
+def run_verification(
+    python: str, *, env: dict[str, str], timeout_s: float = 180.0, gpu_expected: bool = True
+) -> Verification:
     """Import TensorFlow with ``python`` in a child process and report what happened.
 
     Args:
@@ -111,24 +139,42 @@ def run_verification(python: str, *, env: dict[str, str], timeout_s: float = 180
         done = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=timeout_s, env=child_env)
         returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as expired:
-        returncode, stdout = None, (expired.stdout or b"").decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
-        stderr = ((expired.stderr or b"").decode() if isinstance(expired.stderr, bytes) else (expired.stderr or "")) \
-            + f"\n(timed out after {timeout_s:.0f} s)"
+        returncode, stdout = (
+            None,
+            (expired.stdout or b"").decode() if isinstance(expired.stdout, bytes) else (expired.stdout or ""),
+        )
+        stderr = (
+            (expired.stderr or b"").decode() if isinstance(expired.stderr, bytes) else (expired.stderr or "")
+        ) + f"\n(timed out after {timeout_s:.0f} s)"
     duration = time.monotonic() - start
     result = None
     for line in stdout.splitlines():
         if line.startswith(_MARKER):
-            result = json.loads(line[len(_MARKER):])
+            result = json.loads(line[len(_MARKER) :])
     matches = match_log(stderr)
     tail = "\n".join(stderr.strip().splitlines()[-20:])
     gpus = tuple(result["gpus"]) if result else ()
     findings = findings_from(matches, gpu_expected=gpu_expected, gpus_seen=len(gpus), ran=result is not None, tail=tail)
     for op in (result or {}).get("ops", []):
         if not op.get("ok"):
-            findings.append(Finding("gpu-op-failed", ERROR, f"A matmul on {op['device']} failed",
-                                    (op.get("error", "no error text"),), fix=None))
+            findings.append(
+                Finding(
+                    "gpu-op-failed",
+                    ERROR,
+                    f"A matmul on {op['device']} failed",
+                    (op.get("error", "no error text"),),
+                    fix=None,
+                )
+            )
     return Verification(
-        ok=result is not None and returncode == 0, returncode=returncode, duration_s=round(duration, 2),
-        version=(result or {}).get("version"), gpus=gpus, ops=tuple((result or {}).get("ops", [])),
-        cpu_op=bool((result or {}).get("cpu_op")), matches=tuple(matches), stderr_tail=tail, findings=tuple(findings),
+        ok=result is not None and returncode == 0,
+        returncode=returncode,
+        duration_s=round(duration, 2),
+        version=(result or {}).get("version"),
+        gpus=gpus,
+        ops=tuple((result or {}).get("ops", [])),
+        cpu_op=bool((result or {}).get("cpu_op")),
+        matches=tuple(matches),
+        stderr_tail=tail,
+        findings=tuple(findings),
     )

@@ -1,4 +1,5 @@
 """Tiny version helpers: numeric tuples are all the doctor needs, and ``packaging`` costs start-up time."""
+
 from __future__ import annotations
 
 import re
@@ -7,7 +8,7 @@ _NUMBERS = re.compile(r"\d+")
 
 
 def vtuple(version: str | None) -> tuple[int, ...]:
-    """Leading numeric components of ``version``: ``"555.42.06"`` -> ``(555, 42, 6)``, ``"2.21.0rc1"`` -> ``(2, 21, 0)``.
+    """Leading numeric parts of ``version``: ``"555.42.06"`` -> ``(555, 42, 6)``, ``"2.21.0rc1"`` -> ``(2, 21, 0)``.
 
     Args:
         version: a dotted version string; ``None`` or text without digits gives ``()``.
