@@ -74,6 +74,8 @@ def test_scenario(name: str, tmp_path: Path) -> None:
             assert rec.command == value
         elif key == "note":
             assert any(value in n for n in rec.notes), rec.notes
+        elif key == "mirror_command":
+            assert rec.mirror_command == value
         elif key == "skipped":
             assert value in rec.skipped, rec.skipped
 

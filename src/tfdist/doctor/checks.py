@@ -677,6 +677,17 @@ def check_keras(ctx: Context) -> list[Finding]:
         return []
     legacy = (system.tf_use_legacy_keras or "").lower() in ("1", "true")
     minor = minor_of(ctx.tf_version or "")
+    if tf.tf_keras is None and legacy:
+        return [
+            Finding(
+                "legacy-keras-without-tf-keras",
+                ERROR,
+                "TF_USE_LEGACY_KERAS=1 but tf-keras is not installed: tf.keras fails to import",
+                (f"TF_USE_LEGACY_KERAS={system.tf_use_legacy_keras!r}", "tf-keras: not installed"),
+                fix=f"pip install 'tf-keras=={minor}.*'",
+                alternatives=("unset TF_USE_LEGACY_KERAS",),
+            )
+        ]
     if tf.tf_keras is None:
         return [
             Finding(
