@@ -206,7 +206,9 @@ def check_driver(ctx: Context) -> list[Finding]:
                     ERROR if ctx.expect_gpu else INFO,
                     f"No NVIDIA GPU is visible inside this {system.container} container",
                     tuple(looked + ["/dev/nvidia0: absent"]),
-                    fix="docker run --gpus all ...",
+                    fix="docker run --gpus all ..."
+                    if system.container != "kubernetes"
+                    else "set resources.limits nvidia.com/gpu: 1 on the container",
                     alternatives=("install nvidia-container-toolkit on the host",),
                     detail="Containers see GPUs only when started with them "
                     "(docker --gpus, a Kubernetes nvidia.com/gpu limit).",

@@ -76,8 +76,12 @@ class ProbeRoots:
         search = [p for p in self.env.get("PATH", "").split(os.pathsep) if p]
         search += [str(self.path(d)) for d in extra_dirs]
         # A plain loop instead of shutil.which: importing shutil pulls in compression modules (start-up time).
+        suffixes = [""]
+        if self.platform == "win32":
+            suffixes += [e.lower() for e in self.env.get("PATHEXT", ".EXE;.BAT;.CMD").split(";") if e]
         for folder in search:
-            candidate = os.path.join(folder, program)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
+            for suffix in suffixes:
+                candidate = os.path.join(folder, program + suffix)
+                if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                    return candidate
         return None
