@@ -50,16 +50,22 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
         index = chosen.pip_index
     spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,
                     mirror_index=index, extra_requirements=tuple(requirements))
+    for target in (output, conda):
+        if target and target != "-" and not Path(target).resolve().parent.is_dir():
+            raise UsageError(f"the folder of {target} does not exist", hint="create it first")
     name = "requirements.lock" if output == "-" else Path(output).name
     print(f"tfdist lock: resolving TensorFlow {tf} ({spec.flavour}) for Python {python} on {spec.uv_platform}"
           + (f" through mirror {mirror}" if mirror else ""), file=sys.stderr)
     result = resolve(spec, output_name=name)
-    if output == "-":
-        sys.stdout.write(result.text)
-    else:
-        Path(output).write_text(result.text, encoding="utf-8")
-    if conda:
-        Path(conda).write_text(render_conda(result.text, parse_header(result.text), name), encoding="utf-8")
+    try:
+        if output == "-":
+            sys.stdout.write(result.text)
+        else:
+            Path(output).write_text(result.text, encoding="utf-8")
+        if conda:
+            Path(conda).write_text(render_conda(result.text, parse_header(result.text), name), encoding="utf-8")
+    except OSError as failure:
+        raise UsageError(f"cannot write {failure.filename}: {failure.strerror}", hint="check -o and --conda") from None
     tf_dist = "tensorflow" if gpu else "tensorflow-cpu"
     if as_json:
         emit_json("lock", {"output": output, "conda": conda, "tf": tf, "flavour": spec.flavour, "python": python,

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tfdist.cli.common import emit_json, option
+from tfdist.errors import UsageError
 from tfdist.deploy.setup_gpu import DEFAULT_TF, SetupGpuSpec, render_script, supported_systems
 from tfdist.status import ExitStatus
 
@@ -33,8 +34,11 @@ def command(os: str, tf: str, driver: int | None, output: str, as_json: bool) ->
         sys.stdout.write(text)
     else:
         path = Path(output)
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o755)
+        try:
+            path.write_text(text, encoding="utf-8")
+            path.chmod(0o755)
+        except OSError as failure:
+            raise UsageError(f"cannot write {output}: {failure.strerror}", hint="check -o") from None
     info = sys.stderr if output == "-" or as_json else sys.stdout
     if as_json:
         emit_json("setup_gpu", {"os": os, "tf": tf, "driver_branch": choice.branch, "package": choice.package,
