@@ -49,10 +49,14 @@ out=""; while [ $# -gt 0 ]; do case "$1" in -O) out="$2"; shift 2 ;; *) shift ;;
 echo "fake deb" > "$out"
 """,
     "lsb_release": """
-echo "lsb_release stub"
+case "$1" in
+  -si) echo "${STUB_LSB_ID:?}" ;;
+  -sr) echo "${STUB_LSB_RELEASE:?}" ;;
+  *) echo "lsb_release stub: unexpected $*" >&2; exit 3 ;;
+esac
 """,
 }
-REAL_TOOLS = ("mktemp", "rm", "sed", "touch", "basename", "cat")
+REAL_TOOLS = ("mktemp", "rm", "sed", "touch", "basename")
 OS_RELEASE = {
     "ubuntu22.04": 'NAME="Ubuntu"\nVERSION_ID="22.04"\nID=ubuntu\nID_LIKE=debian\n',
     "ubuntu24.04": 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n',
@@ -82,9 +86,10 @@ class Machine:
         for tool in REAL_TOOLS:
             (self.bin / tool).symlink_to(shutil.which(tool) or f"/bin/{tool}")
 
-    def run(self, script: Path, *args: str, uid: int = 0, arch: str = "amd64") -> subprocess.CompletedProcess[str]:
+    def run(self, script: Path, *args: str, uid: int = 0, arch: str = "amd64",
+            lsb: tuple[str, str] = ("Ubuntu", "22.04")) -> subprocess.CompletedProcess[str]:
         """Run the script under bash with only the stubs on PATH."""
-        env = {"PATH": str(self.bin), "STUB_LOG": str(self.log), "STUB_DB": str(self.db), "STUB_UID": str(uid),
+        env = {"STUB_LSB_ID": lsb[0], "STUB_LSB_RELEASE": lsb[1],"PATH": str(self.bin), "STUB_LOG": str(self.log), "STUB_DB": str(self.db), "STUB_UID": str(uid),
                "STUB_ARCH": arch, "TFDIST_OS_RELEASE_FILE": str(self.os_release), "TMPDIR": str(self.root),
                "HOME": str(self.root)}
         return subprocess.run(["/bin/bash", str(script), *args], env=env, capture_output=True, text=True,
@@ -164,12 +169,24 @@ def test_refuses_on_another_os(tmp_path: Path, script_os: str, machine_os: str) 
     assert changes(machine.calls()) == []
 
 
-def test_missing_os_release_is_refused(tmp_path: Path) -> None:
+def test_without_os_release_lsb_release_decides(tmp_path: Path) -> None:
     script = write_script(tmp_path, "debian12")
     machine = Machine(tmp_path / "m", "debian12")
     machine.os_release.unlink()
+    refused = machine.run(script, lsb=("Ubuntu", "22.04"))
+    assert refused.returncode == 1 and "says 'ubuntu 22.04'" in refused.stderr
+    assert machine.calls()[1:3] == ["lsb_release -si", "lsb_release -sr"]
+    accepted = machine.run(script, lsb=("Debian", "12"))
+    assert accepted.returncode == 0, accepted.stderr
+    assert changes(machine.calls())[-1] == "apt-get install -y cuda-drivers-570"
+
+
+def test_without_os_release_or_lsb_release_it_refuses(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "debian12")
+    machine = Machine(tmp_path / "m", "debian12", without=("lsb_release",))
+    machine.os_release.unlink()
     result = machine.run(script)
-    assert result.returncode == 1 and "cannot read" in result.stderr
+    assert result.returncode == 1 and "cannot check the operating system" in result.stderr
     assert changes(machine.calls()) == []
 
 

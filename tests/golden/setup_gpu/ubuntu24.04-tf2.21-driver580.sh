@@ -60,12 +60,20 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
-[ -r "$OS_RELEASE_FILE" ] || die "cannot read $OS_RELEASE_FILE to check the operating system"
-# os-release is a shell-compatible KEY=value file (os-release(5)); it is read in a subshell.
-# shellcheck source=/dev/null
-os_id="$(. "$OS_RELEASE_FILE" && printf '%s' "${ID:-}")"
-# shellcheck source=/dev/null
-os_version="$(. "$OS_RELEASE_FILE" && printf '%s' "${VERSION_ID:-}")"
+if [ -r "$OS_RELEASE_FILE" ]; then
+    # os-release is a shell-compatible KEY=value file (os-release(5)); it is read in a subshell.
+    # shellcheck source=/dev/null
+    os_id="$(. "$OS_RELEASE_FILE" && printf '%s' "${ID:-}")"
+    # shellcheck source=/dev/null
+    os_version="$(. "$OS_RELEASE_FILE" && printf '%s' "${VERSION_ID:-}")"
+elif command -v lsb_release >/dev/null 2>&1; then
+    # Older or trimmed systems without os-release: lsb_release says e.g. "Ubuntu" and "22.04".
+    os_id="$(lsb_release -si)"
+    os_id="${os_id,,}"
+    os_version="$(lsb_release -sr)"
+else
+    die "cannot read $OS_RELEASE_FILE and lsb_release is not installed: cannot check the operating system"
+fi
 if [ "$os_id" != "$EXPECTED_ID" ] || [ "$os_version" != "$EXPECTED_VERSION_ID" ]; then
     die "this script is for $EXPECTED_ID $EXPECTED_VERSION_ID, but $OS_RELEASE_FILE says '$os_id $os_version' (generate one with: tfdist setup-gpu --os <yours>)"
 fi
