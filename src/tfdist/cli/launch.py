@@ -35,10 +35,10 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra variable for every task (repeatable).")
 @option("--gpus-per-task", type=click.IntRange(1), help="GPUs per training task (default: split evenly).")
 @option("--nccl-debug", is_flag=True, help="Set NCCL_DEBUG=INFO for every task.")
-@option("--grace-period", type=click.FloatRange(0), default=5.0, show_default=True,
-        help="Seconds between SIGTERM and SIGKILL when stopping tasks.")
-@option("--hang-timeout", type=click.FloatRange(0), default=0.0, show_default=True,
-        help="Restart the group when a task sends no heartbeat for this long (0: off).")
+@option("--grace-period", type=click.FloatRange(0), default=30.0, show_default=True,
+        help="Seconds a stopped or preempted task has to save and exit before SIGKILL.")
+@option("--hang-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
+        help="Restart the group when a training task that sent heartbeats goes silent this long (0: off).")
 @option("--metrics-port", type=click.IntRange(1, 65535), help="Task i serves /metrics and /healthz on this + i.")
 @option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoints bind.")
 @option("--job-name", default="tfdist", show_default=True, help="Label for logs and metrics.")

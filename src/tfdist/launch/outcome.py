@@ -16,6 +16,7 @@ class Cause(str, Enum):
     HUNG = "hung"  # a task stopped sending heartbeats
     PORT_CONFLICT = "port-conflict"  # a task could not bind its port: retried with fresh ports
     PREEMPTED = "preempted"  # the launcher was asked to stop (SIGTERM)
+    TASK_PREEMPTED = "task-preempted"  # a task got SIGTERM, the group saved and exited 143: restart, not a failure
     INTERRUPTED = "interrupted"  # Ctrl-C
     START_FAILED = "start-failed"  # the program could not be started at all
 

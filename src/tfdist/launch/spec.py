@@ -22,9 +22,9 @@ class LaunchSpec:
         host: the address tasks listen on and reach each other at.
         env: extra variables for every task.
         gpus_per_task: GPUs for each training task; ``None``: split the visible GPUs evenly.
-        grace_period: seconds between SIGTERM and SIGKILL when stopping tasks.
+        grace_period: seconds a task has to save and exit after SIGTERM (preemption) before SIGKILL.
         monitor_interval: seconds between polls of the tasks' state.
-        hang_timeout: seconds without a heartbeat after the first one before a task counts as hung (0: off).
+        hang_timeout: seconds without a heartbeat (after the first) before a task counts as hung (0: off).
         backoff: seconds before the first restart; doubles on each further restart, capped at ``backoff_max``.
         metrics_port: first port of the tasks' Prometheus endpoints (task i gets ``metrics_port + i``).
         metrics_host: address the metrics endpoints bind.
@@ -46,9 +46,9 @@ class LaunchSpec:
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     gpus_per_task: int | None = None
     nccl_debug: bool = False
-    grace_period: float = 5.0
+    grace_period: float = 30.0
     monitor_interval: float = 0.05
-    hang_timeout: float = 0.0
+    hang_timeout: float = 300.0
     backoff: float = 0.0
     backoff_max: float = 30.0
     metrics_port: int | None = None

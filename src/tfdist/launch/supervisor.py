@@ -27,21 +27,38 @@ from enum import Enum
 from types import FrameType
 from typing import Mapping
 
+import psutil
+
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_step
 from tfdist.launch.ports import free_ports, ports_from_base
 from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
+from tfdist.status import ExitStatus
 
 log = logging.getLogger("tfdist.launch")
 
 # Lines in a task's stderr that mean it lost the race for its port (gRPC and Python spellings).
 PORT_CONFLICT_MARKERS = ("Address already in use", "Failed to add port", "EADDRINUSE", "Could not start gRPC server")
 MAX_PORT_RETRIES = 5
+PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)  # what tfdist.runtime exits with after a preemption save
 # How long the other training tasks may take to finish on their own once the leader has succeeded.
 AFTER_SUCCESS_WAIT_S = 10.0
-# Before its first heartbeat a task may take this much longer than --hang-timeout (start-up, compiling the step).
-STARTUP_ALLOWANCE_S = 60.0
+# After a task failed, the survivors cannot finish a collective or a coordinated save (MultiWorkerMirroredStrategy
+# workers even treat SIGTERM as a preemption notice and keep running), so they get only a short grace: waiting longer
+# would only delay the restart.
+FAILURE_GRACE_S = 0.5
+# Parameter servers and the evaluator, stopped after success, have nothing to save.
+AFTER_SUCCESS_GRACE_S = 2.0
+# Preemptions (exit 143 after a coordinated save) restart the group without using the restart budget, up to this many.
+MAX_PREEMPTION_RESTARTS = 20
+
+
+def _is_stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
 
 
 class GroupState(str, Enum):
@@ -132,25 +149,32 @@ class Supervisor:
                            stderr_tail=tuple(proc.stderr_tail),
                            error=read_error_file(proc.plan.env["TFDIST_ERROR_FILE"]))
 
-    def _hung(self, procs: list[TaskProcess], now: float) -> TaskProcess | None:
+    def _hung(self, procs: list[TaskProcess]) -> TaskProcess | None:
+        """The task that stalled, if any training task has sent no heartbeat for ``hang_timeout`` seconds.
+
+        Only tasks that have sent a first heartbeat are watched (scripts that don't use tfdist.runtime never do).
+        When one task stalls, its peers soon block in a collective and fall silent too: the culprit is a task the
+        kernel reports as stopped, else the one silent for longest.
+        """
         timeout = self.spec.hang_timeout
         if timeout <= 0:
             return None
+        # Under ParameterServerStrategy only the chief (the coordinator) runs training steps.
+        watched = ("chief",) if self.spec.ps else ("chief", "worker")
+        silent: list[tuple[bool, float, TaskProcess]] = []
+        now = time.time()
         for proc in procs:
-            # Under ParameterServerStrategy only the chief (the coordinator) runs training steps.
-            watched = ("chief",) if self.spec.ps else ("chief", "worker")
             if proc.plan.task.type not in watched or proc.exit_code is not None:
                 continue
             try:
-                last = os.stat(proc.plan.env["TFDIST_HEARTBEAT_FILE"]).st_mtime
-                silent_for = time.time() - last
-                limit = timeout
-            except OSError:  # no heartbeat yet: still starting
-                silent_for = now - proc.started_at
-                limit = timeout + STARTUP_ALLOWANCE_S
-            if silent_for > limit:
-                return proc
-        return None
+                silent_for = now - os.stat(proc.plan.env["TFDIST_HEARTBEAT_FILE"]).st_mtime
+            except OSError:
+                continue  # no heartbeat yet
+            if silent_for > timeout:
+                silent.append((_is_stopped(proc.pid), silent_for, proc))
+        if not silent:
+            return None
+        return max(silent, key=lambda item: (item[0], item[1]))[2]
 
     def _watch(self, procs: list[TaskProcess], attempt: int, started: float) -> Attempt:
         leader = next(p for p in procs if p.plan.task == self._leader(procs))
@@ -179,22 +203,30 @@ class Supervisor:
                     continue
                 if code == 0 and role != "ps":
                     continue  # a worker may finish a moment before the leader
+                if code == PREEMPTED_EXIT_CODE:
+                    self._say(f"{proc.name} was preempted and saved its state: waiting for the group to save")
+                    self._wait_for_trainers(procs, self.spec.grace_period)
+                    stop_all(procs, self.spec.grace_period)
+                    return Attempt(attempt, Cause.TASK_PREEMPTED, time.monotonic() - started,
+                                   failure=self._failure(proc), step_reached=self._step(procs))
                 failure = self._failure(proc)
                 cause = Cause.PORT_CONFLICT if self._lost_port_race(proc) else Cause.TASK_FAILED
                 self._set_state(GroupState.FAILED)
                 self._say(f"{failure.headline}: stopping the group")
-                stop_all(procs, self.spec.grace_period)
+                stop_all(procs, min(FAILURE_GRACE_S, self.spec.grace_period))
                 return Attempt(attempt, cause, time.monotonic() - started, failure=failure,
                                step_reached=self._step(procs))
-            stuck = self._hung(procs, now)
+            stuck = self._hung(procs)
             if stuck is not None:
                 self._set_state(GroupState.FAILED)
-                self._say(f"{stuck.name} (pid {stuck.pid}) made no progress for {self.spec.hang_timeout:.0f}s: "
-                          "stopping the group")
+                state = "stopped (SIGSTOP)" if _is_stopped(stuck.pid) else "silent"
+                self._say(f"{stuck.name} (pid {stuck.pid}) made no progress for {self.spec.hang_timeout:g}s "
+                          f"({state}): stopping the group")
                 stop_all(procs, self.spec.grace_period, first_signal=signal.SIGKILL)
                 failure = self._failure(stuck)
                 return Attempt(attempt, Cause.HUNG, time.monotonic() - started, failure=failure,
-                               step_reached=self._step(procs), detail=f"no heartbeat for {self.spec.hang_timeout:g}s")
+                               step_reached=self._step(procs),
+                               detail=f"{state}, no heartbeat for {self.spec.hang_timeout:g}s")
             time.sleep(self.spec.monitor_interval)
 
     @staticmethod
@@ -217,13 +249,17 @@ class Supervisor:
 
     def _finish_success(self, procs: list[TaskProcess]) -> None:
         """Leader done: let the other training tasks finish on their own, then stop everyone left."""
-        deadline = time.monotonic() + AFTER_SUCCESS_WAIT_S
         # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers.
-        trainers = [] if self.spec.ps else [p for p in procs if p.plan.task.type in ("chief", "worker")]
+        if not self.spec.ps:
+            self._wait_for_trainers(procs, AFTER_SUCCESS_WAIT_S)
+        stop_all(procs, min(AFTER_SUCCESS_GRACE_S, self.spec.grace_period))
+        self._set_state(GroupState.SUCCEEDED)
+
+    def _wait_for_trainers(self, procs: list[TaskProcess], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
         while time.monotonic() < deadline and any(p.poll() is None for p in trainers):
             time.sleep(self.spec.monitor_interval)
-        stop_all(procs, self.spec.grace_period)
-        self._set_state(GroupState.SUCCEEDED)
 
     # -- the restart loop ----------------------------------------------------------------------------------------
     def _may_restart(self) -> bool:
@@ -242,6 +278,7 @@ class Supervisor:
         previous = self._install_signal_handlers()
         self._say(f"job {self.run_id}: logs in {self.log_dir}")
         port_retries = 0
+        preemptions = 0
         attempt = 0
         try:
             while True:
@@ -258,6 +295,11 @@ class Supervisor:
                         and self.spec.port_base is None:
                     port_retries += 1
                     self._say("a task lost its port to another program: retrying with fresh ports")
+                    attempt += 1
+                    continue
+                if outcome.cause is Cause.TASK_PREEMPTED and preemptions < MAX_PREEMPTION_RESTARTS:
+                    preemptions += 1
+                    self._say("restarting the preempted group from its checkpoint (not counted as a failure)")
                     attempt += 1
                     continue
                 if not self._may_restart():

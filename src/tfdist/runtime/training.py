@@ -132,7 +132,7 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     """The Keras callbacks a distributed job wants, in the order they must run.
 
     - ``BackupAndRestore`` every ``save_every_steps`` steps, so a restarted group resumes from the last saved step
-      (not from the last epoch);
+      (not from the last epoch), and on SIGTERM a save at the current step, then exit 143 (see fault_tolerance);
     - a tracker behind :func:`resumed_from_step`;
     - a heartbeat for the launcher's hang watchdog;
     - Prometheus metrics and ``/healthz`` when ``TFDIST_METRICS_PORT`` is set (``tfdist launch --metrics-port``);
@@ -150,14 +150,9 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     result: list[Any] = []
     info = cluster_info()
     if fault_tolerance and not info.num_ps:
-        every = save_every_steps or DEFAULT_SAVE_EVERY_STEPS
-        backup = tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq=every)
-        # tf-keras refuses OneDeviceStrategy only because it is missing from this list; a one-device run checkpoints
-        # exactly like the default strategy does, and strategy() returns OneDeviceStrategy for one device.
-        supported = getattr(backup, "_supported_strategies", None)
-        if isinstance(supported, tuple):
-            backup._supported_strategies = supported + (tf.distribute.OneDeviceStrategy,)
-        result.append(backup)
+        from tfdist.runtime.fault_tolerance import backup_callback
+
+        result.append(backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS))
     result.append(types["ResumeTracker"]())
     if info.num_ps:  # ParameterServerStrategy rejects batch-level callbacks
         result.append(types["EpochHeartbeatCallback"]())
