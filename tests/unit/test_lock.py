@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,8 @@ def test_resolver_call_targets_the_spec_and_uses_the_mirror(tmp_path: Path) -> N
     assert uv.argv[:4] == ["/opt/uv", "pip", "compile", "requirements.in"]
     joined = " ".join(uv.argv)
     for fragment in ("--python-version 3.12", "--python-platform x86_64-manylinux_2_35", "--generate-hashes",
-                     "--no-header", f"--default-index {MIRROR}"):
+                     "--no-header", f"--default-index {MIRROR}", f"--python {sys.executable}",
+                     "--no-python-downloads"):
         assert fragment in joined
     assert uv.requirements_in == "tensorflow[and-cuda]==2.21.*\ntf-keras==2.21.*\npandas\n"
     # The mirror is used to resolve, but nothing in the lock names it.

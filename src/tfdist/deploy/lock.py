@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -266,7 +267,10 @@ def find_uv() -> str:
 def uv_arguments(spec: LockSpec, input_name: str = "requirements.in") -> list[str]:
     """Arguments for ``uv pip compile`` (without the binary)."""
     args = ["pip", "compile", input_name, "--python-version", spec.python, "--python-platform", spec.uv_platform,
-            "--generate-hashes", "--no-header", "--quiet"]
+            "--generate-hashes", "--no-header", "--quiet",
+            # The target is given by --python-version/--python-platform; naming the running interpreter spares uv
+            # a search for a local Python of the target version (seconds, e.g. through pyenv shims) and a download.
+            "--python", sys.executable, "--no-python-downloads"]
     if spec.mirror_index:
         args += ["--default-index", spec.mirror_index]
     return args
