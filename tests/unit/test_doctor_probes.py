@@ -200,7 +200,7 @@ def test_tensorflow_log_lines_map_to_causes() -> None:
 def test_gpu_log_lines_are_information_without_a_gpu() -> None:
     line = "I0000 00:00:1700000000.1 12345 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used."
     findings = findings_from(match_log(line), gpu_expected=False, gpus_seen=0, ran=True, tail="")
-    assert [(f.id, f.severity) for f in findings] == [("tf-log-cudart-not-loaded", "info")]
+    assert [(f.id, f.severity, f.fix) for f in findings] == [("tf-log-cudart-not-loaded", "info", None)]
     failed = findings_from(
         [], gpu_expected=False, gpus_seen=0, ran=False, tail="ImportError: libcudart.so.11.0: cannot open"
     )

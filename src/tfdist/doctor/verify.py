@@ -104,7 +104,9 @@ def findings_from(
                 severity if severity in (ERROR, WARNING) else INFO,
                 match.title,
                 (f"TensorFlow log: {match.line}",),
-                fix=match.fix,
+                # Without a GPU to use, a GPU log line is expected: report it, prescribe nothing.
+                fix=match.fix if gpu_expected else None,
+                detail=None if gpu_expected else "Expected on a machine without a usable NVIDIA GPU.",
             )
         )
     if ran and gpu_expected and gpus_seen == 0 and not any(f.severity == ERROR for f in findings):
