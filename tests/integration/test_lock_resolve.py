@@ -3,8 +3,8 @@ Python 3.11 and 3.12, pip accepts the result in --require-hashes mode, and a mir
 trace in the lock.
 
 pip's --require-hashes check downloads every wheel to verify it (about 0.9 GB for a CPU lock and 3 GB for a GPU
-one), so pip checks one lock per flavour, on different Pythons (CPU 3.12, GPU 3.11), to keep this module near two
-minutes; all four locks are resolved and inspected.
+one), so pip checks one lock per flavour, on different Pythons (CPU 3.12, GPU 3.11), to keep this module near 100
+seconds; all four locks are resolved and inspected.
 """
 from __future__ import annotations
 
