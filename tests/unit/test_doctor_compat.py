@@ -112,3 +112,12 @@ def test_cuda_libraries_for_builds() -> None:
     assert libs["cudart"] == "libcudart.so.12" and libs["cudnn"] == "libcudnn.so.9"
     assert compat.cuda_libraries("11.0", "8")["cusolver"] == "libcusolver.so.10"
     assert compat.cuda_libraries("11.2", "8")["cusolver"] == "libcusolver.so.11"
+
+
+@pytest.mark.parametrize("version", compat.known_tf_versions())
+def test_every_build_has_driver_floors(version: str) -> None:
+    build = compat.tf_build(version)
+    floor = compat.min_driver_for_cuda(build.cuda_full or "", minor_compat=True)
+    toolkit = compat.min_driver_for_cuda(build.cuda_full or "")
+    assert tuple(map(int, floor.split("."))) <= tuple(map(int, toolkit.split(".")))
+    assert build.supports_python(build.python_min) and build.supports_python(build.python_max)

@@ -77,3 +77,35 @@ def test_nvml_version_mismatch_with_proc_module(tmp_path: Path, monkeypatch: pyt
     roots = ProbeRoots(proc=tmp_path, sys_root=tmp_path, env={"PATH": ""}, nvml_library=_a_real_library())
     driver = probe_driver(roots)
     assert (driver.state, driver.kernel_module_version) == ("mismatch", "510.60.02")
+
+
+def test_an_nvidia_smi_that_cannot_run_is_reported_not_raised(tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_bytes(b"\x7fELF\x02\x01\x01 not a real program")
+    smi.chmod(0o755)
+    roots = ProbeRoots(proc=tmp_path, sys_root=tmp_path, env={"PATH": str(bindir)}, nvml_library=None)
+    driver = probe_driver(roots)
+    assert driver.state == "error" and driver.nvidia_smi == str(smi) and driver.nvidia_smi_error
+
+
+def test_driver_loaded_but_no_devices(tmp_path: Path) -> None:
+    from tfdist.doctor.core import DoctorConfig, run_doctor
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n", encoding="utf-8")
+    smi.chmod(0o755)
+    device = tmp_path / "root" / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("0x030200\n")
+    roots = ProbeRoots(proc=tmp_path / "proc", sys_root=tmp_path / "root", env={"PATH": str(bindir)}, nvml_library=None,
+                       site_dirs=())
+    report = run_doctor(DoctorConfig(roots=roots))
+    assert report.facts.driver.state == "no-devices"
+    found = {f.id: f for f in report.findings}
+    assert found["driver-sees-no-gpu"].severity == "error" and found["driver-sees-no-gpu"].fix == "sudo reboot"
+    assert report.verdict.exit_status == 1

@@ -240,6 +240,28 @@ def check_driver(ctx: Context) -> list[Finding]:
             )
         )
         return findings
+    if driver.state == "error":
+        findings.append(
+            Finding(
+                "driver-query-failed",
+                ERROR if ctx.gpu_wanted else WARNING,
+                "The NVIDIA driver could not be queried",
+                tuple(looked),
+                fix=f"{driver.nvidia_smi or 'nvidia-smi'}  # run it and read its message",
+                detail="Neither NVML nor nvidia-smi answered; the driver may be broken or half-installed.",
+            )
+        )
+    elif driver.state == "no-devices":
+        findings.append(
+            Finding(
+                "driver-sees-no-gpu",
+                ERROR if (ctx.expect_gpu or driver.pci_devices) else WARNING,
+                "The NVIDIA driver is loaded but reports no GPU",
+                tuple(looked + [f"PCI devices: {', '.join(driver.pci_devices) or 'none'}"]),
+                fix="sudo reboot" if driver.pci_devices else None,
+                detail="A GPU that fell off the bus (Xid 79) or a container started without GPUs looks like this.",
+            )
+        )
     user_space = _user_space_driver_versions(ctx)
     module = driver.kernel_module_version
     stale = sorted(v for v in user_space if module and v != module)

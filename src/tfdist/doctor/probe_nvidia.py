@@ -260,7 +260,10 @@ def probe_driver(roots: ProbeRoots, libraries: LibraryFacts | None = None) -> Dr
     # On WSL2 the Windows driver exposes nvidia-smi in /usr/lib/wsl/lib, which is not always on PATH.
     smi = roots.which("nvidia-smi", extra_dirs=("/usr/lib/wsl/lib",))
     if smi is not None:
-        found = _probe_smi(smi, roots)
+        try:
+            found = _probe_smi(smi, roots)
+        except OSError as failure:  # present but not runnable (wrong architecture, no permission)
+            found = {"gpus": [], "driver": None, "cuda": None, "error_kind": "error", "error": str(failure)}
         kind = found.get("error_kind")
         if kind is None:
             return DriverFacts(
