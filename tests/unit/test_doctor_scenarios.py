@@ -61,7 +61,9 @@ def test_scenario(name: str, tmp_path: Path) -> None:
         assert finding_id not in found, found[finding_id]
     facts = dataclasses.asdict(report.facts)
     for path, value in expect.get("facts", {}).items():
-        assert _lookup(facts, path) == (fill(value) if isinstance(value, str) else value), path
+        actual = _lookup(facts, path)
+        actual = list(actual) if isinstance(actual, tuple) else actual
+        assert actual == (fill(value) if isinstance(value, str) else value), path
 
     rec = report.recommendation
     assert rec is not None

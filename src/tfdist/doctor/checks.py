@@ -100,12 +100,13 @@ def check_installation(ctx: Context) -> list[Finding]:
                 fix=f"pip install --force-reinstall {_reinstall(ctx, gpu=ctx.gpu_wanted).split(' ', 2)[2]}",
             )
         )
-    if len(tf.dists) > 1:
-        versions = {d.version for d in tf.dists}
+    shipping = [d for d in tf.dists if d.name not in tf.metapackages]
+    if len(shipping) > 1:
+        versions = {d.version for d in shipping}
         owner = tf.files_owner
         owner_kind = compat.load_data("tf_distributions")["distributions"].get(owner or "", {}).get("kind")
         severity = ERROR if len(versions) > 1 or (owner_kind == "cpu" and ctx.gpu_wanted) else WARNING
-        evidence = [f"{d.name} {d.version} ({d.location})" for d in tf.dists]
+        evidence = [f"{d.name} {d.version} ({d.location})" for d in shipping]
         evidence.append(
             f"tensorflow/python/platform/build_info.py on disk comes from: {owner or 'none of them (mixed files)'}"
         )
@@ -114,7 +115,7 @@ def check_installation(ctx: Context) -> list[Finding]:
             Finding(
                 "several-tensorflow-distributions",
                 severity,
-                f"{len(tf.dists)} TensorFlow distributions share one 'tensorflow' package folder",
+                f"{len(shipping)} TensorFlow distributions share one 'tensorflow' package folder",
                 tuple(evidence),
                 fix=f"pip uninstall -y {names} && {_reinstall(ctx, gpu=ctx.linux and ctx.gpu_wanted)}",
                 detail="Each one overwrites the other's files; the last installed wins and uninstalling one breaks the "

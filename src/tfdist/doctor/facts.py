@@ -100,6 +100,7 @@ class TensorFlowFacts:
     build_info_format: str | None = None  # module-assignments (2.0-2.2), dict (2.3), ordered-dict (2.4+)
     build_info: dict[str, object] = field(default_factory=dict)
     files_owner: str | None = None  # which dist's RECORD matches build_info.py when several are installed
+    metapackages: tuple[str, ...] = ()  # dists that only depend on another (Windows 'tensorflow' -> tensorflow-intel)
     keras: str | None = None
     tf_keras: str | None = None
     torch: str | None = None

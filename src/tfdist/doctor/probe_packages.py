@@ -112,6 +112,16 @@ def _record_line(dist: Distribution, relative: str) -> str | None:
     return data[start : end if end >= 0 else len(data)].decode("utf-8", "replace").strip()
 
 
+def _ships_files(dist: Distribution) -> bool:
+    """Whether the distribution installs any file of the package itself; a metapackage (Windows ``tensorflow``
+    2.11+ requiring ``tensorflow-intel``) lists only its dist-info. Unknown (no RECORD) counts as shipping."""
+    try:
+        data = (Path(dist.location) / "RECORD").read_bytes()
+    except OSError:
+        return True
+    return any(data.startswith(p) or b"\n" + p in data for p in (b"tensorflow/", b"tensorflow_core/"))
+
+
 def _files_owner(dists: list[Distribution], build_info: Path, relative: str) -> str | None:
     """The distribution whose RECORD lists ``build_info.py`` as the file now on disk.
 
@@ -149,6 +159,9 @@ def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
     dists = installed_distributions(roots.site_dirs)
     known = compat.load_data("tf_distributions")["distributions"]
     tf_dists = [dists[name] for name in known if name in dists]
+    meta: list[str] = []
+    if len(tf_dists) > 1:
+        meta = [d.name for d in tf_dists if not _ships_files(d)]
     package_dir = build_path = shape = owner = None
     info: dict[str, Any] = {}
     for site in roots.site_dirs:
@@ -161,10 +174,11 @@ def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
                     shape, info = parse_build_info(candidate.read_text(encoding="utf-8", errors="replace"))
                 except ValueError:
                     shape = "unreadable"
-                if len(tf_dists) > 1:
-                    owner = _files_owner(tf_dists, candidate, relative)
-                elif tf_dists:
-                    owner = tf_dists[0].name
+                shipping = [d for d in tf_dists if d.name not in meta]
+                if len(shipping) > 1:
+                    owner = _files_owner(shipping, candidate, relative)
+                elif shipping:
+                    owner = shipping[0].name
                 break
         if build_path is not None:
             break
@@ -176,6 +190,7 @@ def probe_tensorflow(roots: ProbeRoots) -> TensorFlowFacts:
         build_info_format=shape,
         build_info=info,
         files_owner=owner,
+        metapackages=tuple(meta),
         keras=dists["keras"].version if "keras" in dists else None,
         tf_keras=dists["tf-keras"].version if "tf-keras" in dists else None,
         torch=torch.version if torch else None,
