@@ -5,6 +5,7 @@ around it (Keras 3 / tf-keras, torch, pip's nvidia-* wheels). Nothing is importe
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from pathlib import Path
@@ -99,10 +100,9 @@ def _record_hash(path: Path) -> str:
 
 
 def _record_line(dist: Distribution, relative: str) -> str | None:
-    # RECORD of a TF wheel is ~2 MB: search the bytes instead of decoding and splitting every line.
-    try:
-        data = (Path(dist.location) / "RECORD").read_bytes()
-    except OSError:
+    # Search the bytes instead of decoding and splitting every line.
+    data = _record_bytes(dist.location)
+    if not data:
         return None
     key = relative.encode() + b","
     start = 0 if data.startswith(key) else data.find(b"\n" + key) + 1
@@ -112,12 +112,20 @@ def _record_line(dist: Distribution, relative: str) -> str | None:
     return data[start : end if end >= 0 else len(data)].decode("utf-8", "replace").strip()
 
 
+@functools.lru_cache(maxsize=16)
+def _record_bytes(location: str) -> bytes:
+    """A dist-info's RECORD (a TF wheel's is ~2 MB), read once per run; empty when missing."""
+    try:
+        return (Path(location) / "RECORD").read_bytes()
+    except OSError:
+        return b""
+
+
 def _ships_files(dist: Distribution) -> bool:
     """Whether the distribution installs any file of the package itself; a metapackage (Windows ``tensorflow``
     2.11+ requiring ``tensorflow-intel``) lists only its dist-info. Unknown (no RECORD) counts as shipping."""
-    try:
-        data = (Path(dist.location) / "RECORD").read_bytes()
-    except OSError:
+    data = _record_bytes(dist.location)
+    if not data:
         return True
     return any(data.startswith(p) or b"\n" + p in data for p in (b"tensorflow/", b"tensorflow_core/"))
 
