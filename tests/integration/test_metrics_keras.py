@@ -33,7 +33,7 @@ def env(index):
     return {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": task})}
 backup = m.time_backups(tf.keras.callbacks.BackupAndRestore(os.path.join(log_dir, "backup"), save_freq=5), tm)
 callbacks = [backup, m.keras_callback(tm, examples_per_step=8)]
-callbacks += [m.tensorboard_callback(os.path.join(log_dir, f"w{i}"), examples_per_step=8, every_n_steps=2,
+callbacks += [m.tensorboard_callback(os.path.join(log_dir, f"w{i}"), examples_per_step=8, every_seconds=0.0,
                                      environ=env(i)) for i in (0, 1)]
 history = model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
 s = {"job": "kt", "task_type": "worker", "task_index": "0", "host": "h"}

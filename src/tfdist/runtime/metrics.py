@@ -431,6 +431,14 @@ def _stop_active() -> None:
             _active = None
 
 
+def _steps_per_call(model: Any) -> int:
+    """How many steps one batch hook call covers (tf-keras' ``steps_per_execution``)."""
+    try:
+        return max(1, int(model._steps_per_execution.numpy()))
+    except (AttributeError, TypeError, ValueError):
+        return 1
+
+
 def keras_callback(metrics: TrainingMetrics, examples_per_step: int | None = None) -> Any:
     """A ``tf.keras`` callback that reports every training batch to ``metrics``.
 
@@ -453,10 +461,7 @@ def keras_callback(metrics: TrainingMetrics, examples_per_step: int | None = Non
             self._per_call = 1
 
         def on_train_begin(self, logs: Any = None) -> None:
-            try:  # tf-keras runs `steps_per_execution` steps per batch hook call
-                self._per_call = max(1, int(self.model._steps_per_execution.numpy()))
-            except (AttributeError, TypeError, ValueError):
-                self._per_call = 1
+            self._per_call = _steps_per_call(self.model)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if self._mark is None:
@@ -513,23 +518,26 @@ def is_chief(environ: Mapping[str, str] = os.environ) -> bool:
     return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in config.get("cluster", {})
 
 
-def tensorboard_callback(log_dir: str, *, examples_per_step: int | None = None, every_n_steps: int = 50,
+def tensorboard_callback(log_dir: str, *, examples_per_step: int | None = None, every_seconds: float = 10.0,
                          environ: Mapping[str, str] = os.environ) -> Any:
     """A ``tf.keras`` callback with which the chief writes loss, throughput and step time to TensorBoard.
 
     Scalars ``train/loss``, ``train/examples_per_second`` and ``train/step_time_seconds`` go to
-    ``<log_dir>/train`` every ``every_n_steps`` steps (averaged over them). On other tasks it does nothing, so
-    only one event file per job grows. ``tf.keras.callbacks.TensorBoard`` adds epoch-level metrics and graphs.
+    ``<log_dir>/train`` every ``every_seconds`` and at each epoch's end, averaged since the last write. The period
+    is in seconds, not steps, so the cost (a few ms per write, and one device sync for the loss) stays negligible
+    however short a step is. On other tasks the callback does nothing at all, so one event file per job grows.
+    ``tf.keras.callbacks.TensorBoard`` adds epoch-level metrics and graphs.
 
     Args:
         log_dir: the job's shared TensorBoard directory (``tfdist tensorboard --logdir`` reads it).
         examples_per_step: the global batch size, for ``examples_per_second``.
-        every_n_steps: write period; each write converts the loss once (one device sync).
+        every_seconds: write period.
         environ: where ``TF_CONFIG`` is read.
     """
     import tensorflow as tf
 
-    chief = is_chief(environ)
+    if not is_chief(environ):
+        return tf.keras.callbacks.Callback()  # no hooks: tf-keras then skips it on every batch
 
     class ScalarsCallback(tf.keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -539,34 +547,41 @@ def tensorboard_callback(log_dir: str, *, examples_per_step: int | None = None, 
             self._step = 0
             self._since: float | None = None
             self._count = 0
+            self._loss: Any = None
+            self._per_call = 1
 
         def on_train_begin(self, logs: Any = None) -> None:
-            if chief and self._writer is None:
+            if self._writer is None:
                 self._writer = tf.summary.create_file_writer(os.path.join(log_dir, "train"))
+            self._per_call = _steps_per_call(self.model)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if self._since is None:
                 self._since = time.perf_counter()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._step += 1
-            self._count += 1
-            if self._writer is None or self._count < every_n_steps or self._since is None:
-                return
-            elapsed = time.perf_counter() - self._since
-            with self._writer.as_default(step=self._step):
-                loss = (logs or {}).get("loss")
-                if loss is not None:
-                    tf.summary.scalar("train/loss", loss)
-                tf.summary.scalar("train/step_time_seconds", elapsed / self._count)
-                if examples_per_step:
-                    tf.summary.scalar("train/examples_per_second", examples_per_step * self._count / elapsed)
+            self._step += self._per_call
+            self._count += self._per_call
+            if logs:
+                self._loss = logs.get("loss", self._loss)
+            if self._since is not None and time.perf_counter() - self._since >= every_seconds:
+                self._write()
+
+        def _write(self) -> None:
+            elapsed = time.perf_counter() - self._since if self._since is not None else 0.0
+            if self._count and elapsed > 0:
+                with self._writer.as_default(step=self._step):
+                    if self._loss is not None:
+                        tf.summary.scalar("train/loss", self._loss)
+                    tf.summary.scalar("train/step_time_seconds", elapsed / self._count)
+                    if examples_per_step:
+                        tf.summary.scalar("train/examples_per_second", examples_per_step * self._count / elapsed)
             self._since, self._count = time.perf_counter(), 0
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._since, self._count = None, 0
-            if self._writer is not None:
-                self._writer.flush()
+            self._write()
+            self._since = None  # the pause between epochs is not step time
+            self._writer.flush()
 
         def on_train_end(self, logs: Any = None) -> None:
             if self._writer is not None:
