@@ -136,3 +136,52 @@ def test_sigterm_before_the_time_limit_stops_the_tasks_and_requeues(slurm, tmp_p
     assert "requeueing" in batch
     logs = _task_logs(tmp_path, job_id)
     assert "restart=1" in logs[(1, 0)] and "restart=1" in logs[(1, 1)]
+
+
+# ------------------------------------------------------------------------------------------ the digits example
+
+DIGITS_ARGS = ["--epochs", "3", "--steps-per-epoch", "25", "--no-tensorboard"]
+
+
+def _digits_job(slurm, tmp_path: Path, capsys, name: str, *extra: str) -> tuple[int, dict, str]:
+    if not DIGITS.exists():
+        pytest.fail(f"{DIGITS} is missing")
+    job = _write_job(tmp_path, capsys, "-N", "1", "-T", "2", "--max-restarts", "2", "-J", name,
+                     "--model-dir", str(tmp_path / "model"), str(DIGITS), *DIGITS_ARGS, *extra)
+    job_id = slurm.submit(job, cwd=tmp_path)
+    record = slurm.wait(job_id, timeout=400)  # a bound for a stuck job; normally well under a minute
+    return job_id, record, _batch_log(tmp_path, job_id)
+
+
+def _value(log: str, key: str) -> float | None:
+    found = re.findall(rf"^{key}=([-+0-9.e]+)$", log, re.M)
+    return float(found[-1]) if found else None
+
+
+def test_digits_trains_on_two_slurm_tasks(slurm, tmp_path, capsys):
+    job_id, record, batch = _digits_job(slurm, tmp_path, capsys, "digits")
+    logs = _task_logs(tmp_path, job_id)
+    assert record["JobState"] == "COMPLETED", (batch, logs)
+    assert set(logs) == {(0, 0), (0, 1)}, batch  # one attempt, one log per task
+    chief = logs[(0, 0)]
+    accuracy = _value(chief, "final_accuracy")
+    assert accuracy is not None and accuracy >= 0.90, chief
+    assert chief.strip().splitlines()[-1].startswith("final_accuracy=")
+    assert _value(logs[(0, 1)], "final_accuracy") is None  # only the chief reports
+    # Both replicas trained the same model.
+    assert _value(chief, "weights_checksum") == pytest.approx(_value(logs[(0, 1)], "weights_checksum"), rel=1e-5)
+
+
+def test_digits_task_dies_once_and_the_job_resumes_from_its_checkpoint(slurm, tmp_path, capsys):
+    job_id, record, batch = _digits_job(slurm, tmp_path, capsys, "digits-resume",
+                                        "--save-every", "10", "--fail-once-at-step", "25")
+    logs = _task_logs(tmp_path, job_id)
+    assert record["JobState"] == "COMPLETED", (batch, logs)
+    assert set(logs) == {(0, 0), (0, 1), (1, 0), (1, 1)}, batch  # the step ran twice
+    assert "injected failure at step 25" in logs[(0, 1)]
+    assert "restarting all of them from the last checkpoint" in batch
+    chief = logs[(1, 0)]
+    resumed = _value(chief, "resumed_from_step")
+    assert resumed is not None and 10 <= resumed <= 25, chief
+    accuracy = _value(chief, "final_accuracy")
+    assert accuracy is not None and accuracy >= 0.90, chief
