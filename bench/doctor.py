@@ -56,13 +56,16 @@ def main() -> int:
             "import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))",
         ],
     }
-    for argv in commands.values():  # warm-up: page cache and byte-code, not timed
+    # Reference only (not in the ratio): the CLI's own floor, what any tfdist command pays before doing anything.
+    floor_argv = [str(BIN / "tfdist"), "--version"]
+    for argv in [*commands.values(), floor_argv]:  # warm-up: page cache and byte-code, not timed
         run_once(argv, env)
     results: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in commands}
     for round_index in range(args.rounds):
         order = list(commands) if round_index % 2 == 0 else list(reversed(commands))  # alternate who goes first
         for name in order:
             results[name].append(run_once(commands[name], env))
+    floor = [run_once(floor_argv, env) for _ in range(args.rounds)]
     print(f"{args.rounds} rounds, alternating; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     medians = {}
     for name, runs in results.items():
@@ -72,6 +75,8 @@ def main() -> int:
         medians[name] = (wall, cpu, rss)
         statuses = sorted({r[3] for r in runs})
         print(f"  {name:32s} wall {wall:6.3f} s   cpu {cpu:6.3f} s   peak RSS {rss:6.1f} MiB   exit {statuses}")
+    floor_wall, floor_cpu = statistics.median(r[0] for r in floor), statistics.median(r[1] for r in floor)
+    print(f"  {'(reference) tfdist --version':32s} wall {floor_wall:6.3f} s   cpu {floor_cpu:6.3f} s")
     doctor, baseline = results["tfdist doctor --json"], results["import tensorflow; list GPUs"]
     ratios = [b[0] / d[0] for d, b in zip(doctor, baseline, strict=True)]
     ratio = statistics.median(ratios)
