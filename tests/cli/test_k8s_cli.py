@@ -41,7 +41,7 @@ def test_golden_manifests(tmp_path, capsys, name):
 
 
 def test_stdout_and_emptydir_note(capsys):
-    assert main(["k8s", "--name", "x", "--image", "i:1", "--", "python", "t.py"]) == 0
+    assert main(["k8s", "--name", "x", "--image", "i:1", "-n", "1", "--", "python", "t.py"]) == 0
     captured = capsys.readouterr()
     documents = list(yaml.safe_load_all(captured.out))
     assert [d["kind"] for d in documents] == ["TFJob"]
@@ -49,7 +49,7 @@ def test_stdout_and_emptydir_note(capsys):
 
 
 def test_command_options_after_double_dash_are_the_commands(capsys):
-    assert main(["k8s", "--name", "x", "--image", "i:1", "--kind", "jobset", "--checkpoint-pvc", "c",
+    assert main(["k8s", "--name", "x", "--image", "i:1", "--kind", "jobset", "--checkpoint-pvc", "c", "--workers", "2",
                  "--", "python", "t.py", "--workers", "9"]) == 0
     (jobset,) = yaml.safe_load_all(capsys.readouterr().out)
     (worker,) = jobset["spec"]["replicatedJobs"]
@@ -59,10 +59,11 @@ def test_command_options_after_double_dash_are_the_commands(capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--name", "x", "--image", "i:1"], "Missing argument"),
-    (["--name", "X", "--image", "i:1", "--", "t"], "is not usable"),
-    (["--name", "x", "--image", "i:1", "--kind", "indexed-job", "--ps", "1", "--", "t"], "never completes"),
-    (["--name", "x", "--image", "i:1", "--kind", "cronjob", "--", "t"], "Invalid value"),
+    (["--name", "x", "--image", "i:1", "-n", "1"], "Missing argument"),
+    (["--name", "x", "--image", "i:1", "--", "t"], "Missing option '-n' / '--workers'"),
+    (["--name", "X", "--image", "i:1", "-n", "1", "--", "t"], "is not usable"),
+    (["--name", "x", "--image", "i:1", "-n", "2", "--kind", "indexed-job", "--ps", "1", "--", "t"], "never completes"),
+    (["--name", "x", "--image", "i:1", "-n", "1", "--kind", "cronjob", "--", "t"], "Invalid value"),
 ])
 def test_errors(capsys, argv, message):
     assert main(["k8s", *argv]) == 2

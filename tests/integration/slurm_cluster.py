@@ -8,6 +8,7 @@ stops every daemon and every process started for a job (found by the SLURM_CONF 
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pwd
 import random
@@ -49,6 +50,7 @@ class SlurmCluster:
         self.conf = self.root / "slurm.conf"
         self.processes: dict[str, subprocess.Popen] = {}
         self.hostname = socket.gethostname().split(".")[0]
+        self._stopped = False
 
     # ------------------------------------------------------------------------------------------------ start
 
@@ -150,12 +152,15 @@ class SlurmCluster:
             time.sleep(0.2)
         raise SlurmUnavailable(f"{what} did not come up within {timeout:.0f} s: {_tail(log)}")
 
-    def _query(self, *argv: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    def query(self, *argv: str, timeout: float = 20) -> subprocess.CompletedProcess:
+        """Run a Slurm client command against this cluster."""
         return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=timeout)
 
     def start(self) -> "SlurmCluster":
         """Start munged, slurmctld and slurmd; raise :class:`SlurmUnavailable` when that is not possible."""
         self.check_prerequisites()
+        # Also stop at interpreter exit, should the test session end without running the fixture's finaliser.
+        atexit.register(self.stop)
         munge_socket = self._start_munge()
         self._write_conf(munge_socket)
         for daemon, argv in (("slurmctld", ["slurmctld", "-D", "-i"]), ("slurmd", ["slurmd", "-D"])):
@@ -165,7 +170,7 @@ class SlurmCluster:
 
         def idle() -> bool:
             try:
-                out = self._query("sinfo", "-h", "-o", "%T", timeout=5).stdout.split()
+                out = self.query("sinfo", "-h", "-o", "%T", timeout=5).stdout.split()
             except subprocess.TimeoutExpired:
                 return False
             return "idle" in out
@@ -187,7 +192,7 @@ class SlurmCluster:
 
     def job(self, job_id: int) -> dict[str, str]:
         """``scontrol show job`` as a dictionary (JobState, ExitCode, Restarts, ...)."""
-        out = self._query("scontrol", "show", "job", "-o", str(job_id)).stdout
+        out = self.query("scontrol", "show", "job", "-o", str(job_id)).stdout
         fields: dict[str, str] = {}
         for word in out.split():
             key, sep, value = word.partition("=")
@@ -225,13 +230,17 @@ class SlurmCluster:
         return mine
 
     def stop(self) -> None:
-        """Cancel every job, stop the daemons and anything left of the jobs, delete the directory."""
+        """Cancel every job, stop the daemons and anything left of the jobs, delete the directory (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
         if self.conf.exists() and "slurmctld" in self.processes:
             try:
-                self._query("scancel", "--user", "root", timeout=10)
+                self.query("scancel", "--user", "root", timeout=10)
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
-                    if not self._query("squeue", "-h", "-o", "%i", timeout=5).stdout.strip():
+                    if not self.query("squeue", "-h", "-o", "%i", timeout=5).stdout.strip():
                         break
                     time.sleep(0.5)
             except (subprocess.TimeoutExpired, OSError):

@@ -10,6 +10,7 @@ import json
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -120,13 +121,12 @@ def test_sigterm_before_the_time_limit_stops_the_tasks_and_requeues(slurm, tmp_p
                      str(script), str(markers), "wait-for-term")
     assert "#SBATCH --signal=B:TERM@60" in job.read_text()
     job_id = slurm.submit(job, cwd=tmp_path)
-    import time
     deadline = time.monotonic() + 60
     while not all((markers / f"ready-{rank}").exists() for rank in (0, 1)):
         assert time.monotonic() < deadline, _batch_log(tmp_path, job_id)
         time.sleep(0.5)
     # What --signal=B:TERM@60 does at the time limit: SIGTERM to the batch shell only.
-    signalled = slurm._query("scancel", "--signal=TERM", "--batch", str(job_id))
+    signalled = slurm.query("scancel", "--signal=TERM", "--batch", str(job_id))
     assert signalled.returncode == 0, signalled.stderr
     record = slurm.wait(job_id, timeout=120, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
     batch = _batch_log(tmp_path, job_id)

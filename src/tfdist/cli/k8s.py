@@ -11,7 +11,7 @@ from tfdist.cli.common import option
 @click.command(name="k8s", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @option("--name", required=True, help="Job name (lower-case DNS label, at most 40 characters).")
 @option("--image", required=True, help="Container image with TensorFlow, tfdist and the training code.")
-@option("-n", "--workers", type=click.IntRange(min=0), default=2, show_default=True, help="Worker replicas.")
+@option("-n", "--workers", type=click.IntRange(min=0), required=True, help="Worker replicas (0 with --chief alone).")
 @option("--ps", type=click.IntRange(min=0), default=0, show_default=True, help="Parameter-server replicas.")
 @option("--chief", is_flag=True, help="Add a separate chief (default: worker 0 acts as chief).")
 @option("--evaluator", is_flag=True, help="Add a side-car evaluator.")
