@@ -39,6 +39,7 @@ def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator
     (TFDIST_METRICS_PORT, probed by a startup and a liveness probe) and keeps checkpoints under
     /mnt/tfdist/NAME (TFDIST_MODEL_DIR).
 
+    \b
         tfdist k8s --name digits --image registry/digits:1 --workers 2 --kind jobset -- python digits.py
     """
     from pathlib import Path

@@ -47,6 +47,7 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
     from the checkpoint under --model-dir), SIGTERM before the time limit lets the tasks save and the job is
     requeued, and every task writes its own log under --log-dir.
 
+    \b
         tfdist slurm -N 2 -T 4 --gpus-per-task 1 -t 04:00:00 -o train.sbatch train.py --epochs 10
         sbatch train.sbatch
     """

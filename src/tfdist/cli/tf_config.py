@@ -27,6 +27,7 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
     SLURM_STEP_TASKS_PER_NODE and SLURM_PROCID; in pods written by `tfdist k8s` from the Indexed Job / JobSet
     index and the headless service. Exit status 1 when nothing describes a cluster.
 
+    \b
         export TF_CONFIG="$(tfdist tf-config --from slurm)"
     """
     from tfdist.errors import TfdistError, UsageError
