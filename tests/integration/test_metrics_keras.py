@@ -32,7 +32,7 @@ def env(index):
     task = {"type": "worker", "index": index}
     return {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": task})}
 backup = m.time_backups(tf.keras.callbacks.BackupAndRestore(os.path.join(log_dir, "backup"), save_freq=5), tm)
-callbacks = [backup, m.keras_callback(tm, examples_per_step=8)]
+callbacks = [backup, m.keras_callback(tm, examples_per_step=8), m.keras_tensorboard(os.path.join(log_dir, "keras"))]
 callbacks += [m.tensorboard_callback(os.path.join(log_dir, f"w{i}"), examples_per_step=8, every_seconds=0.0,
                                      environ=env(i)) for i in (0, 1)]
 history = model.fit(x, y, batch_size=8, epochs=2, callbacks=callbacks, verbose=0)
@@ -45,13 +45,15 @@ for i in (0, 1):
     if os.path.isdir(train):
         acc = EventAccumulator(train); acc.Reload()
         tags[i] = sorted(acc.Tags()["tensors"] + acc.Tags()["scalars"])
+acc = EventAccumulator(os.path.join(log_dir, "keras", "train")); acc.Reload()
+keras_tags = sorted(acc.Tags()["tensors"] + acc.Tags()["scalars"])
 print(json.dumps({
     "keras": tf.keras.__name__,
     "steps": get("tfdist_train_steps_total", s), "examples": get("tfdist_train_examples_total", s),
     "observations": get("tfdist_train_step_duration_seconds_count", s),
     "loss": get("tfdist_train_loss", s), "final_loss": float(history.history["loss"][-1]),
     "healthy": tm.health()[0], "tags": tags, "ckpt_step": get("tfdist_checkpoint_last_step", s),
-    "ckpt_count": get("tfdist_checkpoint_duration_seconds_count", s)}))
+    "ckpt_count": get("tfdist_checkpoint_duration_seconds_count", s), "keras_tags": keras_tags}))
 '''
 
 
@@ -78,4 +80,6 @@ def test_callbacks_in_a_tf_keras_fit(tmp_path: Path) -> None:
     # The chief (worker 0 of a chief-less cluster) writes the scalars; worker 1 writes nothing.
     assert {"train/loss", "train/step_time_seconds", "train/examples_per_second"} <= set(run["tags"]["0"])
     assert run["tags"]["1"] == []
+    # tfdist's epoch-only tf.keras TensorBoard still writes the epoch summaries, and no batch ones.
+    assert "epoch_loss" in run["keras_tags"] and not any(t.startswith("batch_") for t in run["keras_tags"])
     assert not (tmp_path / "tb" / "w1").exists()

@@ -518,6 +518,32 @@ def is_chief(environ: Mapping[str, str] = os.environ) -> bool:
     return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in config.get("cluster", {})
 
 
+def keras_tensorboard(log_dir: str, **kwargs: Any) -> Any:
+    """``tf.keras.callbacks.TensorBoard`` writing epoch-level summaries only, at no per-step cost.
+
+    tf-keras' TensorBoard calls ``tf.summary.scalar`` eagerly for every log entry in its batch hooks, and tf-keras
+    runs those hooks whenever *any* callback has batch hooks (metrics, heartbeat, step-based backups), even with
+    ``update_freq="epoch"``: that costs hundreds of microseconds per step. This subclass drops its batch hooks;
+    :func:`tensorboard_callback` writes the step-level scalars instead. Profiling (``profile_batch``) is off.
+
+    Args:
+        log_dir: TensorBoard directory (tf-keras sends non-chief writes to a temporary directory by itself).
+        **kwargs: more ``TensorBoard`` arguments (``histogram_freq``, ``write_graph``...).
+    """
+    import tensorflow as tf
+
+    class EpochTensorBoard(tf.keras.callbacks.TensorBoard):
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            pass
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            pass
+
+    kwargs.update(update_freq="epoch", profile_batch=0)
+    kwargs.setdefault("write_graph", False)
+    return EpochTensorBoard(log_dir, **kwargs)
+
+
 def tensorboard_callback(log_dir: str, *, examples_per_step: int | None = None, every_seconds: float = 10.0,
                          environ: Mapping[str, str] = os.environ) -> Any:
     """A ``tf.keras`` callback with which the chief writes loss, throughput and step time to TensorBoard.
