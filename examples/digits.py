@@ -30,7 +30,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--step-delay", type=float, default=0.0,
                         help="sleep this long after each step (slows training so faults can be injected mid-run)")
     parser.add_argument("--fail-once-at-step", type=int, default=None,
-                        help="fault injection: worker 1 raises at this step on the first attempt only")
+                        help="fault injection: worker 1 raises at this step, once per model dir")
     return parser.parse_args(argv)
 
 
@@ -124,16 +124,23 @@ def run_evaluator(tf, args, x_test, y_test) -> int:
 
 def fault_injection_callbacks(tf, args, task_type: str, task_index: int) -> list:
     result = []
-    if args.step_delay > 0:
+    if args.step_delay > 0 and runtime.cluster_info().num_ps:
+        class SlowEpochs(tf.keras.callbacks.Callback):  # ParameterServerStrategy allows no batch-level callbacks
+            def on_epoch_end(self, epoch, logs=None):
+                time.sleep(args.step_delay * args.steps_per_epoch)
+        result.append(SlowEpochs())
+    elif args.step_delay > 0:
         class Slow(tf.keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 time.sleep(args.step_delay)
         result.append(Slow())
-    first_attempt = os.environ.get("TFDIST_RESTART_COUNT", "0") == "0"
-    if args.fail_once_at_step is not None and first_attempt and (task_type, task_index) == ("worker", 1):
+    marker = os.path.join(args.model_dir, ".failed-once")
+    if args.fail_once_at_step is not None and not os.path.exists(marker) and (task_type, task_index) == ("worker", 1):
         class FailOnce(tf.keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 if int(self.model.optimizer.iterations.numpy()) >= args.fail_once_at_step:
+                    os.makedirs(args.model_dir, exist_ok=True)
+                    open(marker, "w").close()  # the next attempt trains through
                     raise RuntimeError(f"injected failure at step {args.fail_once_at_step}")
         result.append(FailOnce())
     return result

@@ -30,10 +30,22 @@ def main() -> int:
     p.add_argument("--first-attempt-only", action="store_true")
     p.add_argument("--spawn-child", action="store_true", help="start a grandchild that sleeps")
     p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--bind", action="store_true", help="bind this task's TF_CONFIG address, as a TF server would")
     args = p.parse_args()
 
     info = runtime.cluster_info()
     me = f"{info.task_type}:{info.task_index}"
+    if args.bind and info.task_type != "evaluator":
+        import socket
+
+        host, port = info.cluster[info.task_type][info.task_index].rsplit(":", 1)
+        server = socket.socket()
+        try:
+            server.bind((host, int(port)))
+        except OSError as bad:
+            print(f"E0000 server.cc: Failed to add port {port}: {bad.strerror} (Address already in use)",
+                  file=sys.stderr, flush=True)
+            return 1
     attempt = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
     os.makedirs(args.out_dir, exist_ok=True)
     record = {"task": me, "pid": os.getpid(), "attempt": attempt, "tf_config": os.environ.get("TF_CONFIG"),

@@ -77,7 +77,8 @@ def test_exception_gives_root_cause_report_and_status_3(tmp_path):
     assert "root cause (attempt #1): worker:1" in report
     assert "ValueError: boom in worker:1" in report
     assert report.rstrip().endswith("ValueError: boom in worker:1")
-    assert len(records(out)) == 4
+    # worker:1 ran (and failed) in both attempts; worker:0 may be stopped before it gets far.
+    assert {"worker-1-0", "worker-1-1"} <= set(records(out))
 
 
 def test_leader_success_stops_parameter_servers_and_evaluator(tmp_path):

@@ -102,13 +102,19 @@ def read_error_file(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def read_heartbeat(heartbeat_path: str) -> tuple[int | None, bool]:
+    """``(last step, training finished)`` from a task's heartbeat file (``"<step>"`` or ``"<step> finished"``)."""
+    try:
+        words = open(heartbeat_path, encoding="ascii").read().split()  # noqa: SIM115
+    except OSError:
+        return None, False
+    step = int(words[0]) if words and words[0].isdigit() else None
+    return step, "finished" in words
+
+
 def read_step(heartbeat_path: str) -> int | None:
     """The last step a task reported in its heartbeat file."""
-    try:
-        text = open(heartbeat_path, encoding="ascii").read().strip()  # noqa: SIM115
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+    return read_heartbeat(heartbeat_path)[0]
 
 
 def render_report(result: LaunchResult) -> str:

@@ -29,7 +29,9 @@ from typing import Mapping
 
 import psutil
 
-from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_step
+from tfdist.launch.outcome import (
+    Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_heartbeat, read_step,
+)
 from tfdist.launch.ports import free_ports, ports_from_base
 from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
 from tfdist.launch.spec import LaunchSpec
@@ -166,10 +168,13 @@ class Supervisor:
         for proc in procs:
             if proc.plan.task.type not in watched or proc.exit_code is not None:
                 continue
+            path = proc.plan.env["TFDIST_HEARTBEAT_FILE"]
             try:
-                silent_for = now - os.stat(proc.plan.env["TFDIST_HEARTBEAT_FILE"]).st_mtime
+                silent_for = now - os.stat(path).st_mtime
             except OSError:
                 continue  # no heartbeat yet
+            if silent_for > timeout and read_heartbeat(path)[1]:
+                continue  # training is over; saving the model and evaluating send no beats
             if silent_for > timeout:
                 silent.append((_is_stopped(proc.pid), silent_for, proc))
         if not silent:

@@ -20,6 +20,8 @@ from tfdist.constants import ERROR_FILE, HEARTBEAT_FILE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+FINISHED = "finished"  # second word of the heartbeat file once training has ended
+
 
 def write_error_file(exc: BaseException, path: str | None = None) -> None:
     """Write ``exc`` as JSON (message, type, traceback, time, pid, host) where the launcher will look for it."""
@@ -83,15 +85,23 @@ class Heartbeat:
         self.min_interval = min_interval
         self._last = 0.0
 
-    def beat(self, step: int | None = None) -> None:
+    def beat(self, step: int | None = None, *, force: bool = False) -> None:
         if not self.path:
             return
         now = time.monotonic()
-        if now - self._last < self.min_interval:
+        if not force and now - self._last < self.min_interval:
             return
         self._last = now
+        self._write(f"{step if step is not None else ''}\n")
+
+    def finished(self, step: int | None = None) -> None:
+        """Training ended: the watchdog stops expecting beats (saving and evaluating after ``fit`` are silent)."""
+        if self.path:
+            self._write(f"{step if step is not None else ''} {FINISHED}\n")
+
+    def _write(self, text: str) -> None:
         try:
-            with open(self.path, "w", encoding="ascii") as handle:
-                handle.write(f"{step if step is not None else ''}\n")
+            with open(self.path, "w", encoding="ascii") as handle:  # type: ignore[arg-type]
+                handle.write(text)
         except OSError:
             pass

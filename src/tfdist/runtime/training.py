@@ -104,8 +104,14 @@ def _callback_types() -> dict[str, type]:
             super().__init__()
             self.heartbeat = Heartbeat()
 
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.heartbeat.beat(self._step(), force=True)
+
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.heartbeat.beat(self._step())
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.heartbeat.finished(self._step())
 
         def _step(self) -> int | None:
             iterations = getattr(self.model.optimizer, "iterations", None)
@@ -142,14 +148,18 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
         model_dir: shared directory for backups, checkpoints and logs.
         save_every_steps: fault-tolerance save interval in steps (default ``TFDIST_SAVE_EVERY_STEPS`` or 100).
         tensorboard: add the TensorBoard callback.
-        fault_tolerance: add ``BackupAndRestore`` (not supported under ParameterServerStrategy).
+        fault_tolerance: add ``BackupAndRestore`` (per epoch under ParameterServerStrategy, which allows no
+            batch-level callbacks).
     """
     import tensorflow as tf
 
     types = _callback_types()
     result: list[Any] = []
     info = cluster_info()
-    if fault_tolerance and not info.num_ps:
+    if fault_tolerance and info.num_ps:
+        # ParameterServerStrategy allows neither batch-level callbacks nor the preemption handler: back up per epoch.
+        result.append(tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq="epoch"))
+    elif fault_tolerance:
         from tfdist.runtime.fault_tolerance import backup_callback
 
         result.append(backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS))

@@ -1,0 +1,124 @@
+"""Running a real `tfdist launch` job of examples/digits.py and injecting faults into it at chosen moments."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import REPO_ROOT
+
+DIGITS = str(REPO_ROOT / "examples" / "digits.py")
+EPOCHS, STEPS = 3, 40
+TOTAL_STEPS = EPOCHS * STEPS
+SCRIPT_ARGS = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--step-delay",
+               "0.03", "--no-tensorboard"]
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def task_values(text: str, key: str) -> dict[str, str]:
+    return dict(re.findall(rf"^\[(\w+:\d+)\] {key}=(\S+)", text, flags=re.M))
+
+
+@dataclass
+class Job:
+    """One launch, started in the background with per-attempt logs under ``tmp/logs``."""
+
+    tmp: Path
+    launch_args: list[str]
+    script_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[str] | None = None
+    out: str = ""
+    err: str = ""
+
+    @property
+    def model_dir(self) -> Path:
+        return self.tmp / "model"
+
+    def start(self) -> "Job":
+        cmd = [sys.executable, "-m", "tfdist", "launch", "--log-dir", str(self.tmp / "logs"), "--tee",
+               "--backoff", "0", *self.launch_args, "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(self.model_dir),
+               *self.script_args]
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **QUIET})
+        return self
+
+    def heartbeat(self, attempt: int, task: str) -> Path:
+        role, index = task.split(":")
+        return self.tmp / "logs" / f"attempt-{attempt}" / f"{role}-{index}.heartbeat"
+
+    def wait_for_step(self, attempt: int, task: str, step: int, timeout: float = 180) -> int:
+        """Block until ``task`` of ``attempt`` reported at least ``step``; return the step it reported."""
+        path = self.heartbeat(attempt, task)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, "the job ended before the fault"
+            try:
+                text = path.read_text().strip()
+                if text.isdigit() and int(text) >= step:
+                    return int(text)
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"{task} never reached step {step} in attempt {attempt}")
+
+    def process(self, task: str) -> psutil.Process:
+        role, index = task.split(":")
+        assert self.proc is not None
+        for child in psutil.Process(self.proc.pid).children():
+            try:
+                env = child.environ()
+            except psutil.Error:
+                continue
+            if env.get("TFDIST_TASK_TYPE") == role and env.get("TFDIST_TASK_INDEX") == index:
+                return child
+        raise AssertionError(f"no live process for {task}")
+
+    def signal(self, task: str, sig: int) -> int:
+        proc = self.process(task)
+        proc.send_signal(sig)
+        return proc.pid
+
+    def finish(self, timeout: float = 400) -> int:
+        assert self.proc is not None
+        self.out, self.err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode
+
+    def job_pids(self) -> list[int]:
+        """Every task pid the launcher reported starting, over all attempts."""
+        return [int(p) for p in re.findall(r"pid (\d+) 127\.0\.0\.1", self.err)]
+
+
+def kill_during_save(job: Job, task: str, timeout: float = 30) -> bool:
+    """SIGKILL ``task`` while TensorFlow is writing a backup (a ``*_temp*`` entry exists). True if caught mid-save."""
+    chief_dir = job.model_dir / "backup" / "chief"
+    victim = job.process(task)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            names = os.listdir(chief_dir)
+        except OSError:
+            names = []
+        if any("_temp" in name for name in names):
+            victim.send_signal(signal.SIGKILL)
+            return True
+        time.sleep(0.0005)
+    victim.send_signal(signal.SIGKILL)
+    return False
+
+
+def survivors(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
