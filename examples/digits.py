@@ -81,10 +81,8 @@ def main(argv: list[str]) -> int:
     with strategy.scope():
         model = build_model(tf)
 
-    callbacks = [] if args.no_checkpoints else runtime.callbacks(
-        args.model_dir, save_every_steps=args.save_every, tensorboard=not args.no_tensorboard)
-    if args.no_checkpoints and not args.no_tensorboard:
-        callbacks = [tf.keras.callbacks.TensorBoard(runtime.tensorboard_dir(args.model_dir))]
+    callbacks = runtime.callbacks(args.model_dir, save_every_steps=args.save_every, global_batch_size=batch,
+                                  tensorboard=not args.no_tensorboard, fault_tolerance=not args.no_checkpoints)
     callbacks += fault_injection_callbacks(tf, args, task_type, task_index)
 
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):

@@ -152,3 +152,22 @@ def test_dry_run_starts_nothing(tmp_path):
     assert result.returncode == 0 and result.stdout.count("command: ") == 3
     assert not out.exists()
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def test_launcher_metrics_count_restarts_and_task_states(tmp_path):
+    from prometheus_client import generate_latest
+
+    from tfdist.launch.spec import LaunchSpec
+    from tfdist.launch.supervisor import Supervisor
+    from tfdist.runtime.metrics import LauncherMetrics
+
+    metrics = LauncherMetrics("unit-job")
+    spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--fail", "worker:1:4",
+                               "--first-attempt-only"), workers=2, max_restarts=1, backoff=0,
+                      log_dir=str(tmp_path / "logs"))
+    result = Supervisor(spec, metrics=metrics).run()
+    assert result.succeeded
+    text = generate_latest(metrics.registry).decode()
+    restarts = [line for line in text.splitlines() if line.startswith("tfdist_restarts_total{")]
+    assert restarts and restarts[0].endswith(" 1.0"), text
+    assert 'task_type="worker"' in text and 'state="exited"' in text, text

@@ -41,6 +41,8 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
         help="Restart the group when a training task that sent heartbeats goes silent this long (0: off).")
 @option("--metrics-port", type=click.IntRange(1, 65535), help="Task i serves /metrics and /healthz on this + i.")
 @option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoints bind.")
+@option("--launcher-metrics-port", type=click.IntRange(1, 65535),
+        help="Serve the launcher's own metrics (restarts, task states) on this port.")
 @option("--job-name", default="tfdist", show_default=True, help="Label for logs and metrics.")
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
@@ -48,7 +50,7 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
-            **flags: object) -> int:
+            launcher_metrics_port: int | None, **flags: object) -> int:
     """Start and supervise a distributed TensorFlow job on this machine.
 
     Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
@@ -70,7 +72,18 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     from tfdist.launch.outcome import Cause, render_report
     from tfdist.launch.supervisor import Supervisor
 
-    result = Supervisor(spec, legacy_keras=legacy_keras).run()
+    launcher_metrics = None
+    if launcher_metrics_port is not None:
+        from tfdist.runtime.metrics import LauncherMetrics
+
+        launcher_metrics = LauncherMetrics(spec.job_name)
+        server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
+        print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
+    try:
+        result = Supervisor(spec, legacy_keras=legacy_keras, metrics=launcher_metrics).run()
+    finally:
+        if launcher_metrics is not None:
+            launcher_metrics.close()
     final = result.final
     if result.succeeded:
         print(f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)", file=sys.stderr)

@@ -25,7 +25,7 @@ import time
 import uuid
 from enum import Enum
 from types import FrameType
-from typing import Mapping
+from typing import Any, Mapping
 
 import psutil
 
@@ -79,7 +79,7 @@ class Supervisor:
     """Runs a :class:`LaunchSpec` to completion. Use :meth:`run` once per instance."""
 
     def __init__(self, spec: LaunchSpec, *, environ: Mapping[str, str] | None = None,
-                 legacy_keras: bool = False, console: Console | None = None) -> None:
+                 legacy_keras: bool = False, console: Console | None = None, metrics: Any = None) -> None:
         self.spec = spec
         self.environ = dict(os.environ if environ is None else environ)
         self.legacy_keras = legacy_keras
@@ -90,6 +90,7 @@ class Supervisor:
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
         self._stop_signal: int | None = None
         self._restart_times: list[float] = []
+        self.metrics = metrics  # tfdist.runtime.metrics.LauncherMetrics, or None
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -110,9 +111,14 @@ class Supervisor:
     def _say(self, message: str) -> None:
         print(f"tfdist: {message}", file=sys.stderr, flush=True)
 
-    def _set_state(self, state: GroupState) -> None:
+    def _set_state(self, state: GroupState, procs: list[TaskProcess] | None = None) -> None:
         self.state = state
         log.debug("group state: %s", state.value)
+        if self.metrics is not None:
+            for proc in procs or []:
+                code = proc.poll()
+                task_state = state.value if code is None else ("exited" if code == 0 else "failed")
+                self.metrics.set_task_state(proc.plan.task.type, proc.plan.task.index, task_state)
 
     # -- one attempt ---------------------------------------------------------------------------------------------
     def _choose_ports(self) -> list[int]:
@@ -143,7 +149,7 @@ class Supervisor:
             urls = ", ".join(f"{p.name} http://{p.plan.env['TFDIST_METRICS_HOST']}:{p.plan.env['TFDIST_METRICS_PORT']}"
                              f"/metrics" for p in procs)
             self._say(f"metrics: {urls}")
-        self._set_state(GroupState.RUNNING)
+        self._set_state(GroupState.RUNNING, procs)
         return procs
 
     def _failure(self, proc: TaskProcess) -> TaskFailure:
@@ -291,6 +297,7 @@ class Supervisor:
                 procs = self._start(attempt)
                 outcome = self._watch(procs, attempt, started)
                 self.result.attempts.append(outcome)
+                self._set_state(self.state, procs)
                 if outcome.cause in (Cause.SUCCEEDED, Cause.PREEMPTED, Cause.INTERRUPTED):
                     final = {Cause.SUCCEEDED: GroupState.SUCCEEDED, Cause.PREEMPTED: GroupState.PREEMPTED,
                              Cause.INTERRUPTED: GroupState.INTERRUPTED}[outcome.cause]
@@ -312,6 +319,8 @@ class Supervisor:
                     return self.result
                 self._set_state(GroupState.RESTARTING)
                 self._restart_times.append(time.monotonic())
+                if self.metrics is not None:
+                    self.metrics.restart()
                 delay = self._backoff()
                 self._say(f"restarting the group ({len(self._restart_times)}/{self.spec.max_restarts})"
                           + (f" in {delay:.1f}s" if delay else ""))

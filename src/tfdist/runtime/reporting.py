@@ -80,8 +80,10 @@ class Heartbeat:
     """Touches the heartbeat file at most every ``min_interval`` seconds; the launcher's hang watchdog reads its
     modification time."""
 
-    def __init__(self, path: str | None = None, min_interval: float = 0.5) -> None:
+    def __init__(self, path: str | None = None, min_interval: float | None = None) -> None:
         self.path = path if path is not None else os.environ.get(HEARTBEAT_FILE)
+        if min_interval is None:
+            min_interval = float(os.environ.get("TFDIST_HEARTBEAT_INTERVAL", "0.5"))
         self.min_interval = min_interval
         self._last = 0.0
 

@@ -1,0 +1,33 @@
+"""Shared helpers for the benchmarks: alternating rounds and medians (benchmarks are not tests)."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+QUIET_TF = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO / "src")}
+
+
+def alternate(rounds: int, candidates: Sequence[tuple[str, Callable[[], float]]]) -> dict[str, list[float]]:
+    """Run each candidate once per round, in alternating order, and collect what each returns."""
+    results: dict[str, list[float]] = {name: [] for name, _ in candidates}
+    for r in range(rounds):
+        order = candidates if r % 2 == 0 else list(reversed(candidates))
+        for name, fn in order:
+            value = fn()
+            results[name].append(value)
+            print(f"  round {r + 1}: {name} = {value:.3f}", flush=True)
+    return results
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def median_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
+    """Median of per-round ratios (robust to a noisy machine drifting between rounds)."""
+    return statistics.median(a / b for a, b in zip(numerator, denominator))

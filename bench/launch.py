@@ -1,0 +1,155 @@
+"""Benchmark for `tfdist launch` (issue: foundation).
+
+(a) End-to-end wall time of `tfdist launch -n 2 examples/digits.py` against the same script started by a plain
+    shell script that exports TF_CONFIG by hand; alternating rounds, median ratio (goal <= 1.05).
+(b) Time from SIGKILL of one worker until tfdist has torn the whole group down (goal <= 1 s), and, for comparison,
+    how long the surviving worker of the hand-started pair takes to notice on its own (capped).
+
+    .venv/bin/python bench/launch.py [--rounds 5] [--epochs 2] [--steps 30]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
+
+DIGITS = str(REPO / "examples" / "digits.py")
+SHELL_BASELINE = """#!/usr/bin/env bash
+# What the seed article does: export TF_CONFIG by hand for each worker and start them in the background.
+set -u
+export TF_USE_LEGACY_KERAS=1
+TF_CONFIG='{"cluster":{"worker":["127.0.0.1:%(p0)d","127.0.0.1:%(p1)d"]},"task":{"type":"worker","index":0}}' \\
+  %(py)s %(script)s %(args)s > %(dir)s/w0.log 2>&1 &
+w0=$!
+TF_CONFIG='{"cluster":{"worker":["127.0.0.1:%(p0)d","127.0.0.1:%(p1)d"]},"task":{"type":"worker","index":1}}' \\
+  %(py)s %(script)s %(args)s > %(dir)s/w1.log 2>&1 &
+w1=$!
+echo "$w0 $w1" > %(dir)s/pids
+wait $w0; s0=$?
+wait $w1
+exit $s0
+"""
+
+
+def _free_ports(n: int) -> list[int]:
+    from tfdist.launch.ports import free_ports
+
+    return free_ports(n)
+
+
+def script_args(model_dir: str, epochs: int, steps: int) -> list[str]:
+    return [DIGITS, "--epochs", str(epochs), "--steps-per-epoch", str(steps), "--model-dir", model_dir,
+            "--no-tensorboard"]
+
+
+def run_tfdist(epochs: int, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--",
+                        *script_args(f"{tmp}/m", epochs, steps)], env=QUIET_TF, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - start
+
+
+def write_shell(tmp: str, epochs: int, steps: int) -> str:
+    p0, p1 = _free_ports(2)
+    path = os.path.join(tmp, "start.sh")
+    Path(path).write_text(SHELL_BASELINE % {"p0": p0, "p1": p1, "py": PYTHON, "script": DIGITS, "dir": tmp,
+                                            "args": " ".join(script_args(f"{tmp}/m", epochs, steps)[1:])})
+    return path
+
+
+def run_shell(epochs: int, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_shell(tmp, epochs, steps)
+        start = time.perf_counter()
+        subprocess.run(["bash", path], env=QUIET_TF, check=True)
+        return time.perf_counter() - start
+
+
+def _wait_for_training(paths: list[Path], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.exists() for p in paths):
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"training never started: {paths}")
+
+
+def teardown_after_kill_tfdist() -> float:
+    """SIGKILL worker 1 while training; time until every task of the group is gone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        launcher = subprocess.Popen(
+            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--",
+             *script_args(f"{tmp}/m", 50, 100), "--step-delay", "0.01"],
+            env=QUIET_TF, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        beats = [Path(tmp, "logs", "attempt-0", f"worker-{i}.heartbeat") for i in (0, 1)]
+        _wait_for_training(beats)
+        tasks = psutil.Process(launcher.pid).children()
+        victim = next(t for t in tasks if t.environ().get("TFDIST_TASK_INDEX") == "1")
+        others = [t for t in tasks if t.pid != victim.pid]
+        start = time.perf_counter()
+        victim.send_signal(signal.SIGKILL)
+        psutil.wait_procs(others, timeout=30)
+        elapsed = time.perf_counter() - start
+        launcher.wait(timeout=30)
+        return elapsed
+
+
+def survivor_notices_raw(cap: float) -> float:
+    """The hand-started pair: SIGKILL worker 1; time until worker 0 exits by itself (capped)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_shell(tmp, 50, 100)
+        Path(path).write_text(Path(path).read_text().replace("--no-tensorboard", "--no-tensorboard --step-delay 0.01"))
+        shell = subprocess.Popen(["bash", path], env=QUIET_TF)
+        pid_file = Path(tmp, "pids")
+        _wait_for_training([pid_file, Path(tmp, "m", "backup")], timeout=180)
+        time.sleep(1.0)
+        w0, w1 = (int(x) for x in pid_file.read_text().split())
+        start = time.perf_counter()
+        os.kill(w1, signal.SIGKILL)
+        try:
+            psutil.Process(w0).wait(timeout=cap)
+            elapsed = time.perf_counter() - start
+        except psutil.TimeoutExpired:
+            elapsed = float("inf")
+            os.kill(w0, signal.SIGKILL)
+        shell.wait(timeout=30)
+        return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--raw-cap", type=float, default=60.0)
+    args = parser.parse_args()
+
+    print(f"(a) end-to-end, {args.rounds} alternating rounds, digits {args.epochs}x{args.steps} steps on 2 workers")
+    wall = alternate(args.rounds, [("tfdist", lambda: run_tfdist(args.epochs, args.steps)),
+                                   ("shell", lambda: run_shell(args.epochs, args.steps))])
+    ratio = median_ratio(wall["tfdist"], wall["shell"])
+    print(f"    median tfdist {median(wall['tfdist']):.2f}s, shell {median(wall['shell']):.2f}s, "
+          f"median ratio {ratio:.3f} (goal <= 1.05)")
+
+    print(f"(b) SIGKILL of worker 1 -> whole group torn down, {args.rounds} rounds")
+    teardown = [teardown_after_kill_tfdist() for _ in range(args.rounds)]
+    print(f"    tfdist: median {median(teardown):.3f}s, max {max(teardown):.3f}s (goal <= 1 s)")
+    raw = survivor_notices_raw(args.raw_cap)
+    raw_text = f"{raw:.1f}s" if raw != float("inf") else f"not within {args.raw_cap:.0f}s"
+    print(f"    raw TF, hand-started pair: the surviving worker exited by itself after {raw_text}; nothing restarts it")
+    print(json.dumps({"e2e_ratio": ratio, "teardown_median_s": median(teardown), "raw_survivor_s": raw}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Benchmark for fault recovery under `tfdist launch` (issue: fault tolerance).
+
+Median over several trials each, on examples/digits.py with 2 workers:
+- kill:     SIGKILL of worker 1 mid-training -> time until the whole group is torn down (goal <= 1 s), time until the
+            first resumed training step (goal <= 10 s), steps lost (goal <= the save interval).
+- hang:     SIGSTOP of worker 1 with --hang-timeout H -> time until teardown (goal <= H + 1 s).
+- preempt:  SIGTERM to worker 1 -> steps lost (goal 0) and time to the first resumed step.
+- overhead: training throughput with the default backup interval vs no checkpointing, alternating (goal <= 3 %).
+
+    .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
+
+DIGITS = str(REPO / "examples" / "digits.py")
+SAVE_EVERY = 20
+ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}  # exact step numbers in the heartbeat files
+
+
+def read_step(path: Path) -> int | None:
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return None
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
+def wait(predicate, timeout: float = 240, interval: float = 0.002):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError("condition not met")
+
+
+def task(launcher: psutil.Process, index: int) -> psutil.Process:
+    for child in launcher.children():
+        try:
+            if child.environ().get("TFDIST_TASK_INDEX") == str(index):
+                return child
+        except psutil.Error:
+            pass
+    raise LookupError(index)
+
+
+def trial(kind: str, hang_timeout: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp, "logs")
+        launcher = subprocess.Popen(
+            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0", "--hang-timeout",
+             str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "3", "--steps-per-epoch", "60",
+             "--save-every", str(SAVE_EVERY), "--step-delay", "0.02", "--no-tensorboard", "--model-dir", f"{tmp}/m"],
+            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        beat = logs / "attempt-0" / "worker-1.heartbeat"
+        wait(lambda: (read_step(beat) or 0) >= 45)
+        parent = psutil.Process(launcher.pid)
+        victims = [task(parent, 0), task(parent, 1)]
+        step_at_fault = read_step(beat) or 0
+        start = time.perf_counter()
+        victims[1].send_signal({"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "preempt": signal.SIGTERM}[kind])
+        psutil.wait_procs(victims, timeout=120)
+        teardown = time.perf_counter() - start
+        resumed_beat = logs / "attempt-1" / "worker-0.heartbeat"
+        first = wait(lambda: read_step(resumed_beat) is not None and read_step(resumed_beat), timeout=240)
+        wait(lambda: (read_step(resumed_beat) or -1) > first, timeout=240)
+        to_first_step = time.perf_counter() - start
+        out, err = launcher.communicate(timeout=300)
+        if launcher.returncode != 0:
+            raise RuntimeError(err[-2000:])
+        restored = int(re.search(r"resumed_from_step=(\d+)", out).group(1))
+        return {"teardown_s": teardown, "first_resumed_step_s": to_first_step,
+                "steps_lost": max(0, step_at_fault - restored)}
+
+
+def throughput(no_checkpoints: bool) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        extra = ["--no-checkpoints"] if no_checkpoints else []
+        result = subprocess.run(
+            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--tee", "--", DIGITS,
+             "--epochs", "4", "--steps-per-epoch", "100", "--no-tensorboard", "--model-dir", f"{tmp}/m", *extra],
+            env=QUIET_TF, capture_output=True, text=True, check=True)
+        seconds = float(re.search(r"\[worker:0\] train_steps=\d+ train_seconds=([\d.]+)", result.stdout).group(1))
+        return 400 / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--hang-timeout", type=float, default=5.0)
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args()
+    summary: dict[str, dict[str, float]] = {}
+    for kind in ("kill", "hang", "preempt"):
+        runs = []
+        for i in range(args.trials):
+            runs.append(trial(kind, args.hang_timeout if kind == "hang" else 300.0))
+            print(f"  {kind} trial {i + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in runs[-1].items()), flush=True)
+        summary[kind] = {key: median([r[key] for r in runs]) for key in runs[0]}
+        print(f"{kind}: median " + ", ".join(f"{k}={v:.3f}" for k, v in summary[kind].items()), flush=True)
+    if not args.skip_overhead:
+        print("overhead: steps/s with the default backup interval vs no checkpointing, alternating")
+        rates = alternate(args.trials, [("checkpointing", lambda: throughput(False)),
+                                        ("none", lambda: throughput(True))])
+        slowdown = 1 - median_ratio(rates["checkpointing"], rates["none"])
+        summary["overhead"] = {"slowdown": slowdown}
+        print(f"overhead: median slowdown {slowdown * 100:.1f} % (goal <= 3 %)")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
