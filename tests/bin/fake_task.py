@@ -31,6 +31,7 @@ def main() -> int:
     p.add_argument("--spawn-child", action="store_true", help="start a grandchild that sleeps")
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--bind", action="store_true", help="bind this task's TF_CONFIG address, as a TF server would")
+    p.add_argument("--fail-delay", type=float, default=0.0, help="send heartbeats this long before failing")
     args = p.parse_args()
 
     info = runtime.cluster_info()
@@ -69,6 +70,10 @@ def main() -> int:
     for spec in args.fail:
         task, _, code = spec.rpartition(":")
         if active and task == me:
+            until = time.monotonic() + args.fail_delay
+            while time.monotonic() < until:
+                heartbeat.beat(1)
+                time.sleep(0.02)
             print(f"{me} failing with {code}", file=sys.stderr, flush=True)
             return int(code)
     if info.task_type == "ps":

@@ -171,3 +171,27 @@ def test_launcher_metrics_count_restarts_and_task_states(tmp_path):
     restarts = [line for line in text.splitlines() if line.startswith("tfdist_restarts_total{")]
     assert restarts and restarts[0].endswith(" 1.0"), text
     assert 'task_type="worker"' in text and 'state="exited"' in text, text
+
+
+def test_restart_uses_warm_spares(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "TFDIST_WARM_PRELOAD": "json"}  # stands in for TensorFlow: fast to import
+    result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out), "--fail", "worker:1:5",
+                    "--fail-delay", "1.5", "--first-attempt-only", "--sleep", "2", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1: started 2 task(s) (2 from warm spares)" in result.stderr
+    got = records(out)
+    assert "TFDIST_WARM_START" not in got["worker-0-0"]["env"]
+    second = [got["worker-0-1"], got["worker-1-1"]]
+    assert all(r["env"].get("TFDIST_WARM_START") == "1" for r in second)
+    assert [json.loads(r["tf_config"])["task"]["index"] for r in second] == [0, 1]
+    assert all(r["env"]["TFDIST_RESTART_COUNT"] == "1" for r in second)
+    assert "hello from worker:1 attempt 1" in result.stdout, "a spare's output is prefixed like any task's"
+    # Spares made during the last attempt are not left behind.
+    assert wait_gone([r["pid"] for r in got.values()]) == []
+
+
+def test_no_spares_without_restarts(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", FAKE, str(out), "--sleep", "1", env={**os.environ, "TFDIST_WARM_PRELOAD": "json"})
+    assert result.returncode == 0 and "warm" not in result.stderr

@@ -45,6 +45,8 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
         help="Serve the launcher's own metrics (restarts, task states) on this port.")
 @option("--job-name", default="tfdist", show_default=True, help="Label for logs and metrics.")
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
+@option("--warm-spares/--no-warm-spares", default=True, show_default=True,
+        help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")

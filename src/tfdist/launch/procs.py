@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import signal
 import subprocess
@@ -92,17 +93,66 @@ class TaskProcess:
             pass
 
 
-def _pump(stream: IO[bytes], prefix: str, log: IO[bytes], log_lock: threading.Lock, console: Console,
-          to_stderr: bool, tail: deque[str] | None) -> None:
-    for raw in iter(stream.readline, b""):
-        with log_lock:
-            log.write(raw)
-            log.flush()
+class _Route:
+    """Where a task's output goes. A spare's output is held back until it becomes a task and gets a name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[bytes, bool]] = []
+        self._target: tuple[str, IO[bytes], Console, deque[str]] | None = None
+
+    def attach(self, prefix: str, log: IO[bytes], console: Console, tail: deque[str]) -> None:
+        with self._lock:
+            self._target = (prefix, log, console, tail)
+            pending, self._pending = self._pending, []
+            for raw, to_stderr in pending:
+                self._emit(raw, to_stderr)
+
+    def write(self, raw: bytes, to_stderr: bool) -> None:
+        with self._lock:
+            if self._target is None:
+                self._pending.append((raw, to_stderr))
+                del self._pending[:-200]  # a spare's start-up chatter: keep only the end
+            else:
+                self._emit(raw, to_stderr)
+
+    def _emit(self, raw: bytes, to_stderr: bool) -> None:
+        assert self._target is not None  # callers hold the lock and checked
+        prefix, log, console, tail = self._target
+        log.write(raw)
+        log.flush()
         line = raw.decode("utf-8", errors="replace")
-        if tail is not None:
+        if to_stderr:
             tail.append(line)
         console.write(prefix, line if line.endswith("\n") else line + "\n", to_stderr=to_stderr)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._target is not None:
+                self._target[1].close()
+
+
+def _pump(stream: IO[bytes], route: _Route, to_stderr: bool) -> None:
+    for raw in iter(stream.readline, b""):
+        route.write(raw, to_stderr)
     stream.close()
+
+
+def _start_pumps(popen: subprocess.Popen[bytes], route: _Route, name: str) -> list[threading.Thread]:
+    assert popen.stdout is not None and popen.stderr is not None  # both are PIPE
+    pumps = [threading.Thread(target=_pump, args=(stream, route, to_err), daemon=True, name=f"pump-{name}")
+             for stream, to_err in ((popen.stdout, False), (popen.stderr, True))]
+    for pump in pumps:
+        pump.start()
+    threading.Thread(target=lambda: ([p.join() for p in pumps], route.close()), daemon=True).start()
+    return pumps
+
+
+def _popen(command: list[str], env: Mapping[str, str], *, stdin: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        command, env=dict(env), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()),
+    )
 
 
 def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path: str,
@@ -110,22 +160,56 @@ def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path
     """Start one task with ``base_env`` plus its own additions, its output prefixed and logged."""
     env = dict(base_env)
     env.update(plan.env)
-    log = open(log_path, "ab")  # noqa: SIM115 - closed by the last pump
-    popen = subprocess.Popen(
-        list(plan.command), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, preexec_fn=_die_with_launcher(os.getpid()),
-    )
+    popen = _popen(list(plan.command), env, stdin=subprocess.DEVNULL)
     proc = TaskProcess(plan=plan, attempt=attempt, popen=popen, log_path=log_path, started_at=time.monotonic())
-    prefix = f"[{plan.task}]"
-    lock = threading.Lock()
-    assert popen.stdout is not None and popen.stderr is not None  # both are PIPE above
-    for stream, to_err, tail in ((popen.stdout, False, None), (popen.stderr, True, proc.stderr_tail)):
-        pump = threading.Thread(target=_pump, args=(stream, prefix, log, lock, console, to_err, tail), daemon=True,
-                                name=f"pump-{plan.task}")
-        pump.start()
-        proc.pumps.append(pump)
-    closer = threading.Thread(target=lambda: ([p.join() for p in proc.pumps], log.close()), daemon=True)
-    closer.start()
+    route = _Route()
+    route.attach(f"[{plan.task}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    proc.pumps = _start_pumps(popen, route, str(plan.task))
+    return proc
+
+
+@dataclass
+class Spare:
+    """A warm spare (see ``tfdist.launch.spare``) waiting for its task."""
+
+    popen: subprocess.Popen[bytes]
+    route: _Route
+    pumps: list[threading.Thread]
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def discard(self) -> None:
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.popen.wait()
+
+
+def spawn_spare(python: str, env: Mapping[str, str]) -> Spare:
+    """Start a spare that pre-imports TensorFlow, in its own session, dying with the launcher like a task."""
+    popen = _popen([python, "-u", "-m", "tfdist.launch.spare"], env, stdin=subprocess.PIPE)
+    route = _Route()
+    return Spare(popen=popen, route=route, pumps=_start_pumps(popen, route, f"spare-{popen.pid}"))
+
+
+def activate(spare: Spare, plan: TaskPlan, *, attempt: int, log_path: str, console: Console) -> TaskProcess:
+    """Turn ``spare`` into ``plan``'s task: send it the task's environment and the script's arguments.
+
+    Raises:
+        OSError: the spare died meanwhile (the caller starts the task cold instead).
+    """
+    if not spare.alive:
+        raise BrokenPipeError("spare exited")
+    order = {"env": dict(plan.env), "argv": list(plan.command[2:])}  # drop "python -u"
+    proc = TaskProcess(plan=plan, attempt=attempt, popen=spare.popen, log_path=log_path,
+                       started_at=time.monotonic(), pumps=spare.pumps)
+    spare.route.attach(f"[{plan.task}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    assert spare.popen.stdin is not None  # spawn_spare opens it
+    spare.popen.stdin.write((json.dumps(order) + "\n").encode())
+    spare.popen.stdin.close()
     return proc
 
 

@@ -29,6 +29,8 @@ class LaunchSpec:
         metrics_port: first port of the tasks' Prometheus endpoints (task i gets ``metrics_port + i``).
         metrics_host: address the metrics endpoints bind.
         allow_keras3: start a multi-worker job even though only Keras 3 is installed (custom training loops).
+        warm_spares: with restarts allowed, keep one process per task with TensorFlow already imported, so a
+            restarted group skips that import (see ``tfdist.launch.spare``).
         job_name: a label for logs and metrics.
     """
 
@@ -54,4 +56,5 @@ class LaunchSpec:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     allow_keras3: bool = False
+    warm_spares: bool = True
     job_name: str = "tfdist"

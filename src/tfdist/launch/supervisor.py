@@ -33,7 +33,7 @@ from tfdist.launch.outcome import (
     Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_heartbeat, read_step,
 )
 from tfdist.launch.ports import free_ports, ports_from_base
-from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
+from tfdist.launch.procs import Console, Spare, TaskProcess, activate, spawn, spawn_spare, stop_all
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 from tfdist.status import ExitStatus
@@ -54,6 +54,9 @@ FAILURE_GRACE_S = 0.5
 AFTER_SUCCESS_GRACE_S = 2.0
 # Preemptions (exit 143 after a coordinated save) restart the group without using the restart budget, up to this many.
 MAX_PREEMPTION_RESTARTS = 20
+# Warm spares are started once the group trains (every training task has sent a heartbeat), so their TensorFlow
+# import does not slow the group's own start; or after this long, for scripts that send no heartbeats.
+SPARES_AFTER_S = 30.0
 
 
 def _is_stopped(pid: int) -> bool:
@@ -91,6 +94,7 @@ class Supervisor:
         self._stop_signal: int | None = None
         self._restart_times: list[float] = []
         self.metrics = metrics  # tfdist.runtime.metrics.LauncherMetrics, or None
+        self._spares: list[Spare] = []
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -135,22 +139,64 @@ class Supervisor:
         plans = plan_tasks(self.spec, layout, run_id=self.run_id, attempt=attempt, log_dir=attempt_dir,
                            gpus=visible_gpus(self.environ), legacy_keras=self.legacy_keras)
         procs = []
+        warm = 0
         try:
             for plan in plans:
                 log_path = os.path.join(attempt_dir, f"{plan.task.type}-{plan.task.index}.log")
-                procs.append(spawn(plan, attempt=attempt, base_env=self.environ, log_path=log_path,
-                                   console=self.console))
+                proc = self._from_spare(plan, attempt, log_path)
+                warm += proc is not None
+                procs.append(proc or spawn(plan, attempt=attempt, base_env=self.environ, log_path=log_path,
+                                           console=self.console))
         except OSError:
             stop_all(procs, 0.0)
             raise
         summary = ", ".join(f"{p.name} pid {p.pid} {p.plan.address}" for p in procs)
-        self._say(f"attempt {attempt}: started {len(procs)} task(s): {summary}")
+        how = f" ({warm} from warm spares)" if warm else ""
+        self._say(f"attempt {attempt}: started {len(procs)} task(s){how}: {summary}")
         if self.spec.metrics_port is not None:
             urls = ", ".join(f"{p.name} http://{p.plan.env['TFDIST_METRICS_HOST']}:{p.plan.env['TFDIST_METRICS_PORT']}"
                              f"/metrics" for p in procs)
             self._say(f"metrics: {urls}")
         self._set_state(GroupState.RUNNING, procs)
         return procs
+
+    # -- warm spares ---------------------------------------------------------------------------------------------
+    def _spares_wanted(self) -> bool:
+        command = self.spec.command
+        return self.spec.warm_spares and self.spec.max_restarts > 0 and len(command) > 2 and command[1] == "-u"
+
+    def _spare_env(self) -> dict[str, str]:
+        """What TensorFlow may read at import: the launcher's environment plus the settings shared by all tasks."""
+        env = dict(self.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.legacy_keras:
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        if self.spec.nccl_debug:
+            env["NCCL_DEBUG"] = "INFO"
+        env.update(dict(self.spec.env))
+        return env
+
+    def _maybe_start_spares(self, procs: list[TaskProcess], started: float) -> None:
+        if self._spares or not self._spares_wanted():
+            return
+        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
+        training = all(os.path.exists(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in trainers)
+        if training or time.monotonic() - started > SPARES_AFTER_S:
+            env = self._spare_env()
+            self._spares = [spawn_spare(self.spec.command[0], env) for _ in procs]
+
+    def _from_spare(self, plan, attempt: int, log_path: str) -> TaskProcess | None:
+        while self._spares:
+            spare = self._spares.pop()
+            try:
+                return activate(spare, plan, attempt=attempt, log_path=log_path, console=self.console)
+            except OSError:
+                spare.discard()
+        return None
+
+    def _discard_spares(self) -> None:
+        while self._spares:
+            self._spares.pop().discard()
 
     def _failure(self, proc: TaskProcess) -> TaskFailure:
         return TaskFailure(task=proc.name, pid=proc.pid, exit_code=proc.exit_code, log_path=proc.log_path,
@@ -227,6 +273,7 @@ class Supervisor:
                 stop_all(procs, min(FAILURE_GRACE_S, self.spec.grace_period))
                 return Attempt(attempt, cause, time.monotonic() - started, failure=failure,
                                step_reached=self._step(procs))
+            self._maybe_start_spares(procs, started)
             stuck = self._hung(procs)
             if stuck is not None:
                 self._set_state(GroupState.FAILED)
@@ -330,6 +377,7 @@ class Supervisor:
                         return self.result
                 attempt += 1
         finally:
+            self._discard_spares()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)  # type: ignore[arg-type]
 
