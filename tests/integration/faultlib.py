@@ -1,6 +1,7 @@
 """Running a real `tfdist launch` job of examples/digits.py and injecting faults into it at chosen moments."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -68,16 +69,23 @@ class Job:
             time.sleep(0.05)
         raise AssertionError(f"{task} never reached step {step} in attempt {attempt}")
 
-    def process(self, task: str) -> psutil.Process:
-        role, index = task.split(":")
-        assert self.proc is not None
-        for child in psutil.Process(self.proc.pid).children():
-            try:
-                env = child.environ()
-            except psutil.Error:
-                continue
-            if env.get("TFDIST_TASK_TYPE") == role and env.get("TFDIST_TASK_INDEX") == index:
-                return child
+    def process(self, task: str, timeout: float = 30) -> psutil.Process:
+        """The live process of ``task`` in the newest attempt (from the launcher's ``tasks.json``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            attempts = sorted((self.tmp / "logs").glob("attempt-*/tasks.json"),
+                              key=lambda p: int(p.parent.name.split("-")[1]))
+            if attempts:
+                try:
+                    entries = json.loads(attempts[-1].read_text())
+                except ValueError:  # being written
+                    entries = []
+                for entry in entries:
+                    if entry["task"] == task:
+                        proc = psutil.Process(entry["pid"])
+                        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                            return proc
+            time.sleep(0.05)
         raise AssertionError(f"no live process for {task}")
 
     def signal(self, task: str, sig: int) -> int:

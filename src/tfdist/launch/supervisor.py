@@ -16,6 +16,7 @@ does not stop training. Task indices are not stable identities across restarts: 
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -150,6 +151,10 @@ class Supervisor:
         except OSError:
             stop_all(procs, 0.0)
             raise
+        # Which pid is which task: a task started from a warm spare got its TFDIST_* variables after exec, so they
+        # are not in /proc/<pid>/environ; operators and tests read this file instead.
+        with open(os.path.join(attempt_dir, "tasks.json"), "w", encoding="utf-8") as handle:
+            json.dump([{"task": p.name, "pid": p.pid, "address": p.plan.address} for p in procs], handle)
         summary = ", ".join(f"{p.name} pid {p.pid} {p.plan.address}" for p in procs)
         how = f" ({warm} from warm spares)" if warm else ""
         self._say(f"attempt {attempt}: started {len(procs)} task(s){how}: {summary}")
@@ -307,15 +312,17 @@ class Supervisor:
 
     def _finish_success(self, procs: list[TaskProcess]) -> None:
         """Leader done: let the other training tasks finish on their own, then stop everyone left."""
-        # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers.
-        if not self.spec.ps:
-            self._wait_for_trainers(procs, AFTER_SUCCESS_WAIT_S)
+        # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers. An evaluator may
+        # be scoring the final model: it gets the same moment to finish.
+        self._wait_for_trainers(procs, AFTER_SUCCESS_WAIT_S, roles=("evaluator",) if self.spec.ps else
+                                ("chief", "worker", "evaluator"))
         stop_all(procs, min(AFTER_SUCCESS_GRACE_S, self.spec.grace_period))
         self._set_state(GroupState.SUCCEEDED)
 
-    def _wait_for_trainers(self, procs: list[TaskProcess], seconds: float) -> None:
+    def _wait_for_trainers(self, procs: list[TaskProcess], seconds: float,
+                           roles: tuple[str, ...] = ("chief", "worker")) -> None:
         deadline = time.monotonic() + seconds
-        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
+        trainers = [p for p in procs if p.plan.task.type in roles]
         while time.monotonic() < deadline and any(p.poll() is None for p in trainers):
             time.sleep(self.spec.monitor_interval)
 

@@ -194,7 +194,10 @@ def save_model(model: Any, path: str | os.PathLike[str]) -> str | None:
     target = Path(path)
     if is_chief():
         target.parent.mkdir(parents=True, exist_ok=True)
-        model.save(str(target))
+        # Written under a temporary name and renamed, so a reader (an evaluator) never sees half a file.
+        partial = target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")
+        model.save(str(partial))
+        os.replace(partial, target)
         return str(target)
     scratch = Path(tempfile.mkdtemp(prefix="tfdist-save-"))
     try:
