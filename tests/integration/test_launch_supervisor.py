@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.integration.faultlib import survivors as alive
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 
@@ -24,17 +25,6 @@ def launch(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess
 
 def records(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
-
-
-def alive(pids) -> list[int]:
-    result = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                result.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return result
 
 
 def wait_gone(pids, timeout=10.0) -> list[int]:
