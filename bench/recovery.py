@@ -38,9 +38,11 @@ def read_step(path: Path) -> int | None:
     return int(words[0]) if words and words[0].isdigit() else None
 
 
-def wait(predicate, timeout: float = 240, interval: float = 0.002):
+def wait(predicate, timeout: float = 240, interval: float = 0.002, alive: subprocess.Popen | None = None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if alive is not None and alive.poll() is not None:
+            raise RuntimeError(f"the launcher exited ({alive.returncode}) before the condition was met")
         value = predicate()
         if value:
             return value
@@ -64,11 +66,11 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
         launcher = subprocess.Popen(
             [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0",
              "--warm-spares" if spares else "--no-warm-spares", "--hang-timeout",
-             str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "3", "--steps-per-epoch", "60",
+             str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "8", "--steps-per-epoch", "60",
              "--save-every", str(SAVE_EVERY), "--step-delay", "0.02", "--no-tensorboard", "--model-dir", f"{tmp}/m"],
-            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=ENV, stdout=open(f"{tmp}/out", "w"), stderr=open(f"{tmp}/err", "w"))  # noqa: SIM115
         beat = logs / "attempt-0" / "worker-1.heartbeat"
-        wait(lambda: (read_step(beat) or 0) >= 45)
+        wait(lambda: (read_step(beat) or 0) >= 45, alive=launcher)
         if spares:  # a fault soon after the start finds no spare yet; measure the steady state
             wait(lambda: len(psutil.Process(launcher.pid).children()) >= 4, timeout=60)
             time.sleep(8)  # the spares' TensorFlow import
@@ -80,10 +82,12 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
         psutil.wait_procs(victims, timeout=120)
         teardown = time.perf_counter() - start
         resumed_beat = logs / "attempt-1" / "worker-0.heartbeat"
-        first = wait(lambda: read_step(resumed_beat) is not None and read_step(resumed_beat), timeout=240)
-        wait(lambda: (read_step(resumed_beat) or -1) > first, timeout=240)
+        first = wait(lambda: read_step(resumed_beat) is not None and read_step(resumed_beat), timeout=240,
+                     alive=launcher)
+        wait(lambda: (read_step(resumed_beat) or -1) > first, timeout=240, alive=launcher)
         to_first_step = time.perf_counter() - start
-        out, err = launcher.communicate(timeout=300)
+        launcher.wait(timeout=300)
+        out, err = Path(tmp, "out").read_text(), Path(tmp, "err").read_text()
         if launcher.returncode != 0:
             raise RuntimeError(err[-2000:])
         restored = int(re.search(r"resumed_from_step=(\d+)", out).group(1))
