@@ -1,16 +1,15 @@
 """`tfdist k8s`: the written manifests (golden files), output handling, errors."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import functools
+
 
 import pytest
 import yaml
 
 from tfdist.cli.main import main
+from tests import goldens
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "k8s"
-UPDATE = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
 
 CASES = {
     "tfjob.yaml": ["--kind", "tfjob", "--workers", "2", "--chief", "--ps", "1", "--evaluator",
@@ -23,12 +22,7 @@ CASES = {
 COMMAND = ["--", "python", "examples/digits.py", "--epochs", "5"]
 
 
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run with TFDIST_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} changed: review the diff, then regenerate with TFDIST_UPDATE_GOLDEN=1"
+check_golden = functools.partial(goldens.check_golden, "k8s")
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -1,7 +1,8 @@
 """Dockerfile generation: base-image choice, refusals, hadolint, and the pinned texts."""
 from __future__ import annotations
 
-import os
+import functools
+
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +11,12 @@ import pytest
 
 from tfdist.deploy.dockerfile import DockerSpec, gpu_base, render
 from tfdist.errors import UsageError
+from tests import goldens
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "docker"
-# Read at import: the autouse isolation fixture clears TFDIST_* variables before each test runs.
-UPDATE_GOLDEN = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
 HADOLINT = Path(sys.executable).parent / "hadolint"
 
 
-def check_golden(name: str, text: str) -> None:
-    """Compare with tests/golden/docker/NAME; TFDIST_UPDATE_GOLDEN=1 rewrites it instead."""
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden file {path}; run with TFDIST_UPDATE_GOLDEN=1 and review it"
-    assert text == path.read_text(encoding="utf-8"), f"{name} changed; review and regenerate with TFDIST_UPDATE_GOLDEN=1"
+check_golden = functools.partial(goldens.check_golden, "docker")
 
 
 @pytest.mark.parametrize("tf, python, image", [

@@ -1,7 +1,8 @@
 """Lock building blocks: refusals from the compat data, the resolver call, mirror scrubbing, header, conda file."""
 from __future__ import annotations
 
-import os
+import functools
+
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,8 @@ import yaml
 from tfdist.deploy import lock as locking
 from tfdist.deploy.lock import LockSpec
 from tfdist.errors import TfdistError, UsageError
+from tests import goldens
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "lock"
-# Read at import: the autouse isolation fixture clears TFDIST_* variables before each test runs.
-UPDATE_GOLDEN = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
 MIRROR = "https://mirror.example.cn/pypi/web/simple"
 HASH_A, HASH_B = "a" * 64, "b" * 64
 # What uv prints when a user's uv.toml sets emit-index-url / emit-index-annotation: the lines tfdist must drop.
@@ -36,14 +35,7 @@ tf-keras==2.21.0 \\
 """
 
 
-def check_golden(name: str, text: str) -> None:
-    """Compare with tests/golden/lock/NAME; TFDIST_UPDATE_GOLDEN=1 rewrites it instead."""
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden file {path}; run with TFDIST_UPDATE_GOLDEN=1 and review it"
-    assert text == path.read_text(encoding="utf-8"), f"{name} changed; review and regenerate with TFDIST_UPDATE_GOLDEN=1"
+check_golden = functools.partial(goldens.check_golden, "lock")
 
 
 @pytest.mark.parametrize("spec, message", [

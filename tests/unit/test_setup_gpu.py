@@ -1,27 +1,17 @@
 """setup-gpu: driver-branch choice from the compat data, refusals, and the pinned script text."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import functools
+
 
 import pytest
 
 from tfdist.deploy.setup_gpu import SetupGpuSpec, choose_driver, render_script, supported_systems
 from tfdist.errors import UsageError
-
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "setup_gpu"
-# Read at import: the autouse isolation fixture clears TFDIST_* variables before each test runs.
-UPDATE_GOLDEN = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
+from tests import goldens
 
 
-def check_golden(name: str, text: str) -> None:
-    """Compare with tests/golden/setup_gpu/NAME; TFDIST_UPDATE_GOLDEN=1 rewrites it instead."""
-    path = GOLDEN / name
-    if UPDATE_GOLDEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden file {path}; run with TFDIST_UPDATE_GOLDEN=1 and review it"
-    assert text == path.read_text(encoding="utf-8"), f"{name} changed; review and regenerate with TFDIST_UPDATE_GOLDEN=1"
+check_golden = functools.partial(goldens.check_golden, "setup_gpu")
 
 
 @pytest.mark.parametrize("tf, branch, floor, recommended", [
