@@ -505,17 +505,10 @@ def time_backups(backup: Any, metrics: TrainingMetrics) -> Any:
 
 
 def is_chief(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether this task is the chief (writes summaries): ``chief``, else ``worker`` 0, else no TF_CONFIG."""
-    try:
-        config = json.loads(environ.get(constants.TF_CONFIG, "") or "{}")
-    except ValueError:
-        return True
-    task = config.get("task") or {}
-    if not task:
-        return True
-    if task.get("type") == "chief":
-        return True
-    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in config.get("cluster", {})
+    """Whether this task writes summaries: the chief, else worker 0 (see ``tfdist.runtime.cluster``)."""
+    from tfdist.runtime.cluster import cluster_info
+
+    return cluster_info(environ, export=False).is_chief
 
 
 def keras_tensorboard(log_dir: str, **kwargs: Any) -> Any:
