@@ -99,6 +99,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
+    from tfdist.cluster import TfConfig
     from tfdist.launch.ports import free_ports, ports_from_base
     from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
@@ -109,7 +110,7 @@ def _dry_run(spec: object, legacy_keras: bool) -> int:
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
     for plan in plans:
         print(f"[{plan.task}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(json.loads(plan.env['TF_CONFIG']), sort_keys=True)}")
+        print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.env['TF_CONFIG']).to_dict(), sort_keys=True)}")
         for key, value in plan.env.items():
             if key != "TF_CONFIG":
                 print(f"  {key}={value}")

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import psutil
 
+from tfdist.cluster import leader_of
 from tfdist.launch.outcome import (
     Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_heartbeat, read_step,
 )
@@ -294,9 +295,7 @@ class Supervisor:
 
     @staticmethod
     def _leader(procs: list[TaskProcess]):
-        tasks = [p.plan.task for p in procs]
-        chiefs = [t for t in tasks if t.type == "chief"]
-        return chiefs[0] if chiefs else next(t for t in tasks if t.type == "worker" and t.index == 0)
+        return leader_of(p.plan.task for p in procs)
 
     @staticmethod
     def _lost_port_race(proc: TaskProcess) -> bool:
