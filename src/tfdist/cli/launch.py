@@ -80,7 +80,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     launcher_metrics = None
     if launcher_metrics_port is not None:
-        from tfdist.runtime.metrics import LauncherMetrics
+        from tfdist.launch.metrics import LauncherMetrics
 
         launcher_metrics = LauncherMetrics(spec.job_name)
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
