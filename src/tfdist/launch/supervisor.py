@@ -94,7 +94,7 @@ class Supervisor:
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
         self._stop_signal: int | None = None
         self._restart_times: list[float] = []
-        self.metrics = metrics  # tfdist.runtime.metrics.LauncherMetrics, or None
+        self.metrics = metrics  # tfdist.launch.metrics.LauncherMetrics, or None
         self._spares: list[Spare] = []
 
     # -- signals -------------------------------------------------------------------------------------------------
