@@ -86,3 +86,10 @@ def test_tf_keras_is_looked_up_once():
     owners = [str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
               if isinstance(node, ast.Constant) and node.value == "tf_keras"]
     assert sorted(set(owners)) == ["compat/keras.py"]
+
+
+def test_the_preemption_exit_code_is_defined_once():
+    owners = [str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+              if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PREEMPTED_EXIT_CODE"
+                                                      for t in node.targets)]
+    assert owners == ["launch/protocol.py"]

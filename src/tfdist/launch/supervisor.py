@@ -30,21 +30,19 @@ from typing import Any, Mapping
 
 import psutil
 
-from tfdist.cluster import TaskId, leader_of
+from tfdist.cluster import TaskId, format_address, leader_of
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure
-from tfdist.launch.protocol import read_error, read_heartbeat
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, read_error, read_heartbeat
 from tfdist.launch.ports import free_ports, ports_from_base
 from tfdist.launch.procs import Console, Spare, TaskProcess, activate, spawn, spawn_spare, stop_all
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
-from tfdist.status import ExitStatus
 
 log = logging.getLogger("tfdist.launch")
 
 # Lines in a task's stderr that mean it lost the race for its port (gRPC and Python spellings).
 PORT_CONFLICT_MARKERS = ("Address already in use", "Failed to add port", "EADDRINUSE", "Could not start gRPC server")
 MAX_PORT_RETRIES = 5
-PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)  # what tfdist.runtime exits with after a preemption save
 # How long the other training tasks may take to finish on their own once the leader has succeeded.
 AFTER_SUCCESS_WAIT_S = 10.0
 # After a task failed, the survivors cannot finish a collective or a coordinated save (MultiWorkerMirroredStrategy
@@ -159,7 +157,8 @@ class Supervisor:
         how = f" ({warm} from warm spares)" if warm else ""
         self._say(f"attempt {attempt}: started {len(procs)} task(s){how}: {summary}")
         if self.spec.metrics_port is not None:
-            urls = ", ".join(f"{p.name} http://{p.plan.metrics_host}:{p.plan.metrics_port}/metrics" for p in procs)
+            urls = ", ".join(f"{p.name} http://{format_address(p.plan.metrics_host, p.plan.metrics_port)}/metrics"
+                             for p in procs)
             self._say(f"metrics: {urls}")
         self._set_state(GroupState.RUNNING, procs)
         return procs

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from typing import Mapping, Sequence
 
+from tfdist.cluster import format_address
 from tfdist.errors import UsageError
 from tfdist.launch import protocol as C
 from tfdist.launch.protocol import TaskPlan, refuse_protected
@@ -24,7 +25,7 @@ def layout_for(spec: LaunchSpec, ports: Sequence[int]) -> ClusterLayout:
     addresses: dict[str, tuple[str, ...]] = {}
     cursor = 0
     for role, count in counts.items():
-        addresses[role] = tuple(f"{spec.host}:{p}" for p in ports[cursor:cursor + count])
+        addresses[role] = tuple(format_address(spec.host, p) for p in ports[cursor:cursor + count])
         cursor += count
     return ClusterLayout(**addresses)
 
