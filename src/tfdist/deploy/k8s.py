@@ -26,6 +26,7 @@ import yaml
 
 from tfdist import __version__
 from tfdist.errors import UsageError
+from tfdist.cluster import TaskId, leader_of
 from tfdist.cluster import resolve as names
 
 KINDS = ("tfjob", "jobset", "indexed-job")
@@ -285,7 +286,8 @@ def _indexed_job_spec(spec: K8sJobSpec, role: str | None, completions: int, *,
 
 def jobset(spec: K8sJobSpec) -> dict[str, Any]:
     """A JobSet (``jobset.x-k8s.io/v1alpha2``): one replicated Indexed Job per role."""
-    leader = "chief" if spec.chief else "worker"
+    # The JobSet succeeds when the leader's replicated job does (TFJob's success policy).
+    leader = leader_of(TaskId(role, 0) for role in spec.replicas()).type  # type: ignore[union-attr]
     replicated = [
         {"name": role, "replicas": 1,
          "template": {"spec": _indexed_job_spec(spec, role, count, backoff_limit=0, subdomain=None)}}
