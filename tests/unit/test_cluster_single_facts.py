@@ -1,8 +1,10 @@
 """Each fact lives in one place: TF_CONFIG is parsed only in tfdist.cluster, the leader rule is written once, tf-keras
-is looked up once. These scan the source, so a new copy anywhere fails here."""
+is looked up once, the preemption exit code defined once; and the layers import only downwards. These scan the
+source, so a new copy or a new crossing anywhere fails here."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import tfdist
@@ -11,9 +13,10 @@ SRC = Path(tfdist.__file__).resolve().parent
 CLUSTER = SRC / "cluster"
 
 
-def _modules():
-    for path in sorted(SRC.rglob("*.py")):
-        yield path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+@functools.lru_cache(maxsize=1)
+def _modules() -> tuple[tuple[Path, ast.AST], ...]:
+    return tuple((path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+                 for path in sorted(SRC.rglob("*.py")))
 
 
 def _mentions_tf_config(node: ast.AST) -> bool:
@@ -93,3 +96,43 @@ def test_the_preemption_exit_code_is_defined_once():
               if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PREEMPTED_EXIT_CODE"
                                                       for t in node.targets)]
     assert owners == ["launch/protocol.py"]
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+# package -> what it must never import (lazily or not)
+LAYERS = {
+    "cluster": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+    "compat": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+    "observability": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy"),
+    "launch": ("tfdist.runtime", "tfdist.doctor"),
+    "deploy": ("tfdist.doctor", "tfdist.runtime"),
+    "runtime": ("tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+}
+# The task protocol is shared by the launcher and the runtime by design (it imports nothing else of tfdist.launch).
+ALLOWED = ("tfdist.launch.protocol",)
+
+
+def _allowed(name: str) -> bool:
+    return any(name == a or name.startswith(a + ".") or a.startswith(name + ".") for a in ALLOWED)
+
+
+def test_layers_import_only_downwards():
+    crossings = []
+    for path, tree in _modules():
+        package = path.relative_to(SRC).parts[0]
+        for name in _imports(tree):
+            if _allowed(name):
+                continue
+            if any(name == banned or name.startswith(banned + ".") for banned in LAYERS.get(package, ())):
+                crossings.append(f"{path.relative_to(SRC)} imports {name}")
+    assert crossings == []
