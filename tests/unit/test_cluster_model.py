@@ -201,6 +201,9 @@ def _slurm(**overrides):
     ({"TFDIST_SLURM_PS": "99999999999"}, "TFDIST_SLURM_PS"),
     ({"TFDIST_SLURM_PORT_BASE": "99999"}, "TFDIST_SLURM_PORT_BASE"),
     ({"SLURM_JOB_ID": "9" * 5000}, "SLURM_JOB_ID"),
+    ({"SLURM_LOCALID": "²"}, None),  # not a number Slurm would write: ignored, as a missing one is
+    ({"SLURM_LOCALID": "7" * 5000}, None),
+    ({"SLURM_DISTRIBUTION": "x" * 10000}, "SLURM_DISTRIBUTION"),
 ])
 def test_hostile_slurm_environment_is_refused_quickly(overrides, variable):
     started = time.process_time()

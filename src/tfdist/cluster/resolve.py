@@ -175,7 +175,7 @@ def _rank_placement(counts: list[int], distribution: str) -> list[tuple[int, int
                     placement.append((node, used[node]))
                     used[node] += 1
     else:
-        raise UsageError(f"SLURM_DISTRIBUTION={distribution!r} is not supported for TF_CONFIG",
+        raise UsageError(f"SLURM_DISTRIBUTION={distribution[:40]!r} is not supported for TF_CONFIG",
                          hint="use srun --distribution=block (the default) or cyclic")
     return placement
 
@@ -236,11 +236,11 @@ def _from_slurm(environ: Mapping[str, str], *, required: bool) -> TfConfig | Non
     # Slurm tells each task where it runs: disagreeing means our layout would give wrong addresses.
     own_node = environ.get("SLURMD_NODENAME", "").strip()
     if own_node and own_node != hosts[node]:
-        raise UsageError(f"rank {rank} should run on {hosts[node]} but SLURMD_NODENAME={own_node}",
+        raise UsageError(f"rank {rank} should run on {hosts[node]} but SLURMD_NODENAME={own_node[:60]!r}",
                          hint="use the default block distribution or set TF_CONFIG yourself")
     local_id = environ.get("SLURM_LOCALID", "").strip()
-    if local_id and local_id.isdigit() and int(local_id) != offset:
-        raise UsageError(f"rank {rank} should have local id {offset} but SLURM_LOCALID={local_id}",
+    if local_id and _DIGITS.fullmatch(local_id) and int(local_id) != offset:
+        raise UsageError(f"rank {rank} should have local id {offset} but SLURM_LOCALID={local_id[:20]!r}",
                          hint="use the default block distribution or set TF_CONFIG yourself")
 
     base = slurm_port_base(environ)

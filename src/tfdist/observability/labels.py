@@ -35,7 +35,7 @@ class TaskLabels:
             resolved = resolve_cluster(environ)
             task_type = task_type or (resolved.task_type if resolved else "worker")
             index = index or str(resolved.task_index if resolved else 0)
-        if not index.isascii() or not index.isdigit():
+        if not (index.isascii() and index.isdigit() and len(index) <= 9):
             raise UsageError(f"{constants.TASK_INDEX}={index[:40]!r} is not an integer",
                              hint="let tfdist launch set it, or unset it")
         return cls(environ.get(constants.JOB_NAME) or "tfdist", task_type, int(index), socket.gethostname())
