@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from tfdist.doctor import compat
+from tfdist.doctor.checks.cuda_libs import check_missing_libraries
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
@@ -112,51 +113,12 @@ def check_libraries(ctx: Context) -> list[Finding]:
                 )
             )
             missing = {c: s for c, s in missing.items() if c not in in_pip}
-    if missing:
-        findings.append(_missing_libraries(ctx, missing))
+    findings += check_missing_libraries(ctx, missing)
     findings += _cudnn_version(ctx)
     findings += _shadowing(ctx, pip_libs)
     findings += _libcuda(ctx)
     findings += _ptxas(ctx)
     return findings
-
-
-def _missing_libraries(ctx: Context, missing: dict[str, str]) -> Finding:
-    libs = ctx.facts.libraries.libraries
-    places = "LD_LIBRARY_PATH, the ldconfig cache" + (" or site-packages/nvidia" if ctx.pip_libs_visible else "")
-    evidence = [f"{so}: not found on {places}" for so in missing.values()]
-    if "cudnn" in missing:
-        others = sorted({lib.name for lib in libs if lib.name.startswith("libcudnn.so.") and lib.name.count(".") == 2})
-        if others:
-            evidence.append(
-                f"other cuDNN majors found: {', '.join(others)}; TF {ctx.tf_version} needs cuDNN {ctx.cudnn_major}"
-            )
-    hidden = sorted(
-        {
-            os.path.dirname(lib.path)
-            for lib in libs
-            if lib.name in missing.values() and not lib.on_loader_path and not lib.origin.startswith("pip")
-        }
-    )
-    major_clash = "cudnn" in missing and len(evidence) > len(missing)
-    if hidden:
-        fix = "export LD_LIBRARY_PATH=" + ":".join(hidden) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-    elif vtuple(ctx.tf_version or "")[:2] >= (2, 14):
-        fix = f"pip install 'tensorflow[and-cuda]=={ctx.tf_version}'"
-    else:
-        build = ctx.build
-        cuda, cudnn = (build.cuda, build.cudnn) if build else (ctx.cuda, ctx.cudnn_major)
-        fix = f"install CUDA {cuda} and cuDNN {cudnn}, then add their lib64 to LD_LIBRARY_PATH"
-    return Finding(
-        "cudnn-major-mismatch" if major_clash and len(missing) == 1 else "cuda-libraries-missing",
-        ERROR,
-        f"{len(missing)} CUDA librar{'y' if len(missing) == 1 else 'ies'} TensorFlow {ctx.tf_version} opens "
-        "cannot be found: " + ", ".join(missing.values()),
-        tuple(evidence),
-        fix=fix,
-        detail="TensorFlow logs 'Could not load dynamic library ...' and 'Cannot dlopen some GPU libraries ... "
-        "Skipping registering GPU devices', then runs on the CPU.",
-    )
 
 
 def _cudnn_version(ctx: Context) -> list[Finding]:
