@@ -214,6 +214,8 @@ def _shadowing(ctx: Context, pip_libs: dict[str, object]) -> list[Finding]:
 def _libcuda(ctx: Context) -> list[Finding]:
     if not ctx.driver_ok or ctx.facts.libraries.ldconfig is None or "libcuda.so.1" in ctx.loader:
         return []
+    if ctx.facts.system.wsl:
+        return []  # the WSL2 check names the Windows driver's share and the WSL fix
     return [
         Finding(
             "libcuda-missing",
