@@ -156,16 +156,21 @@ def probe_libraries(
             libraries += _scan_dir(folder, "cuda-toolkit", visible, prefixes)
     wsl = roots.path("/usr/lib/wsl/lib")
     libraries += _scan_dir(wsl, "wsl", os.path.realpath(wsl) in loader_dirs, prefixes)
-    conda = roots.env.get("CONDA_PREFIX")
-    if conda:
-        libraries += _scan_dir(
-            Path(conda) / "lib", "conda", os.path.realpath(Path(conda) / "lib") in loader_dirs, prefixes
-        )
+    conda_lib = Path(conda.prefix) / "lib" if conda and conda.prefix else None
+    if conda_lib is None and roots.env.get("CONDA_PREFIX"):
+        conda_lib = Path(roots.env["CONDA_PREFIX"]) / "lib"
+    if conda_lib is not None:
+        libraries += _scan_dir(conda_lib, "conda", os.path.realpath(conda_lib) in loader_dirs, prefixes)
 
     # The same folder is often reachable twice (/usr/local/cuda -> cuda-13.0): one entry per real folder and name.
     unique: dict[tuple[str, str], Library] = {}
     for lib in libraries:
-        unique.setdefault((os.path.realpath(os.path.dirname(lib.path)), lib.name), lib)
+        key = (os.path.realpath(os.path.dirname(lib.path)), lib.name)
+        first = unique.setdefault(key, lib)
+        if first is not lib and first.version is None and lib.version:
+            # A wheel's folder put on LD_LIBRARY_PATH: keep the loader's view, date it from the wheel.
+            owner = f"pip {lib.origin.partition(':')[2]} {lib.version}" if lib.origin.startswith("pip:") else None
+            unique[key] = Library(first.name, first.path, lib.version, first.origin, first.on_loader_path, None, owner)
     found = [_with_elf_facts(lib) for lib in unique.values()]
     return LibraryFacts(
         libraries=tuple(attribute_owners(roots, found, conda or CondaFacts())),

@@ -121,7 +121,15 @@ def check_missing_libraries(ctx: Context, missing: dict[str, str]) -> list[Findi
 def _hidden_finding(ctx: Context, missing: dict[str, str], dirs: list[str], evidence: list[str]) -> Finding:
     conda = ctx.facts.conda.prefix
     alternatives: tuple[str, ...] = ()
-    if conda and all(d.startswith(conda) for d in dirs):
+    stale = [
+        s for s in ctx.facts.conda.activation_scripts
+        if not s.applied and all(os.path.normpath(d) in s.folders for d in dirs)
+    ]
+    if stale:
+        fix = f"conda deactivate && conda activate {conda}"
+        alternatives = ("export LD_LIBRARY_PATH=" + ":".join(dirs) + _LD_APPEND + "  # this shell only",)
+        detail = f"{stale[0].path} adds them to LD_LIBRARY_PATH, but only when the environment is activated."
+    elif conda and all(d.startswith(conda) for d in dirs):
         script = f"{conda}/etc/conda/activate.d/env_vars.sh"
         fix = (
             f"mkdir -p {conda}/etc/conda/activate.d && echo 'export LD_LIBRARY_PATH=$CONDA_PREFIX/lib"

@@ -127,7 +127,7 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
         return []
     lib = ctx.loader.get(f"libcudnn.so.{ctx.cudnn_major}")
     findings = []
-    if lib is not None and lib.version and vtuple(lib.version)[:2] < vtuple(build.cudnn)[:2]:
+    if lib is not None and lib.version and len(vtuple(lib.version)) >= 2 and vtuple(lib.version)[:2] < vtuple(build.cudnn)[:2]:
         pin = build.and_cuda_pins.get(f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}")
         evidence = [
             f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {lib.origin})",
