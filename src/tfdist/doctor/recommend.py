@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tfdist.doctor import compat
 from tfdist.doctor.facts import Facts
 from tfdist.doctor.versions import at_least, vtuple
+from tfdist.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,13 @@ def _blockers(build: compat.TfBuild, facts: Facts, gpu: bool) -> list[str]:
     if system.glibc and not at_least(system.glibc, build.glibc_min):
         reasons.append(f"needs glibc >= {build.glibc_min} (have {system.glibc})")
     if gpu and build.cuda_full:
-        floor = compat.min_driver_for_cuda(build.cuda_full, minor_compat=True)
+        # Under WSL2 the driver is the Windows one, whose version numbers follow the Windows column.
+        try:
+            floor = compat.min_driver_for_cuda(build.cuda_full, minor_compat=True, windows=system.wsl)
+        except UsageError:
+            floor = compat.min_driver_for_cuda(build.cuda_full, minor_compat=True)
+        if system.wsl and vtuple(build.cuda_full)[0] >= 12:
+            floor = max(floor, compat.wsl_windows_driver_min(), key=vtuple)
         if not at_least(driver.driver_version, floor):
             reasons.append(f"needs NVIDIA driver >= {floor} for CUDA {build.cuda} (have {driver.driver_version})")
         for device in driver.gpus:

@@ -111,7 +111,7 @@ def check_missing_libraries(ctx: Context, missing: dict[str, str]) -> list[Findi
             "cannot be found: " + ", ".join(missing.values()),
             tuple(evidence),
             fix=_bring_libraries(ctx),
-            alternatives=_conda_alternative(ctx),
+            alternatives=() if _bring_libraries(ctx).startswith("conda ") else _conda_alternative(ctx),
             detail="TensorFlow logs 'Could not load dynamic library ...' and 'Cannot dlopen some GPU libraries ... "
             "Skipping registering GPU devices', then runs on the CPU.",
         )
@@ -205,13 +205,15 @@ def _mismatch_finding(ctx: Context, missing: dict[str, str], others: dict[str, L
             "the newest is built for CUDA "
             f"{compat.tf_build(compat.known_tf_versions()[-1]).cuda}."
         )
-    alternatives += list(_conda_alternative(ctx))
+    fix = _bring_libraries(ctx, others)
+    if not fix.startswith("conda "):
+        alternatives += list(_conda_alternative(ctx))
     return Finding(
         "cudnn-major-mismatch" if only_cudnn else "cuda-major-mismatch",
         ERROR,
         title,
         tuple(evidence),
-        fix=_bring_libraries(ctx, others),
+        fix=fix,
         alternatives=tuple(dict.fromkeys(alternatives)),
         detail=detail,
     )
