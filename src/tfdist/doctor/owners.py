@@ -99,8 +99,8 @@ def attribute_owners(roots: ProbeRoots, libraries: list[Library], conda: CondaFa
                     owner = dpkg_owners.get(_system_path(roots, candidate))
                     if owner:
                         break
-        if owner is None and "/usr/local/cuda" in _system_path(roots, lib.path):
-            toolkit = Path(_system_path(roots, lib.path)).parts
-            owner = "CUDA toolkit " + "/".join(toolkit[:4]).replace("//", "/")
+        real = _system_path(roots, os.path.realpath(lib.path))
+        if owner is None and real.startswith("/usr/local/cuda"):
+            owner = "CUDA toolkit " + "/".join(Path(real).parts[:4]).replace("//", "/")  # /usr/local/cuda-13.0
         result.append(replace(lib, owner=owner) if owner != lib.owner else lib)
     return result
