@@ -14,7 +14,10 @@ from tfdist.doctor.roots import ProbeRoots
 
 # `export LD_LIBRARY_PATH=...` or `LD_LIBRARY_PATH=...` (an assignment, not a mere mention).
 _LD_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)$")
-_SELF_REFERENCE = re.compile(r"^\$\{?LD_LIBRARY_PATH(?::[-+][^}]*)?\}?$")
+# The variable's own previous value in its usual spellings: $LD_LIBRARY_PATH, ${LD_LIBRARY_PATH},
+# ${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} and ${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}.
+_SELF_REFERENCE = re.compile(r"\$\{LD_LIBRARY_PATH:[-+]:?(?:\$\{LD_LIBRARY_PATH\}|\$LD_LIBRARY_PATH)\}|\$\{?LD_LIBRARY_PATH\}?")
+_SUBDIR = re.compile(r"^(noarch|(linux|osx|win|emscripten|wasi|zos)-\w+)$")
 
 
 def conda_prefix(roots: ProbeRoots) -> Path | None:
@@ -31,7 +34,7 @@ def _channel(record: dict[str, object]) -> str:
     # "conda-forge", or a channel URL ending in ".../<channel>/<subdir>": keep the channel's own name.
     raw = str(record.get("schannel") or record.get("channel") or "")
     parts = [p for p in raw.rstrip("/").split("/") if p]
-    if len(parts) >= 2 and ("-" in parts[-1] and parts[-1].split("-")[0] in ("linux", "noarch", "osx", "win")):
+    if len(parts) >= 2 and _SUBDIR.match(parts[-1]):
         return parts[-2]
     return parts[-1] if parts else ""
 
@@ -80,9 +83,10 @@ def read_packages(prefix: Path) -> tuple[CondaPackage, ...]:
 
 def _expand(value: str, prefix: Path, env: dict[str, str]) -> list[str]:
     folders = []
-    for part in value.strip().strip("'\"").split(":"):
-        part = part.strip().strip("'\"")
-        if not part or _SELF_REFERENCE.match(part):
+    value = _SELF_REFERENCE.sub("", value.split("#", 1)[0].strip().replace("'", "").replace('"', ""))
+    for part in value.split(":"):
+        part = part.strip()
+        if not part:
             continue
         expanded = re.sub(r"\$\{?CONDA_PREFIX\}?", str(prefix), part)
         expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), m.group(0)), expanded)

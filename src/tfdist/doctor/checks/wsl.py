@@ -76,6 +76,25 @@ def check_wsl(ctx: Context) -> list[Finding]:
                 "CUDA 12), update WSL and restart it. " + _NEVER_LINUX_DRIVER,
             )
         )
+    if share and driver.state not in ("ok", "absent"):
+        findings.append(
+            Finding(
+                "wsl-driver-not-answering",
+                ERROR,
+                "WSL2: the Windows driver is shared into WSL but does not answer",
+                said
+                + (
+                    f"nvidia-smi: {driver.nvidia_smi or WSL_LIB + '/nvidia-smi'}"
+                    + (f" ({driver.nvidia_smi_error})" if driver.nvidia_smi_error else ""),
+                    f"NVML: {driver.nvml_error or 'no answer'}",
+                    f"driver state: {driver.state}",
+                ),
+                fix=WSL_DRIVER_UPDATE,
+                alternatives=("wsl --shutdown  # in Windows PowerShell, then open the distribution again",),
+                detail="Inside WSL2 the GPU is reached through the Windows driver; a driver update or reinstall on "
+                "Windows, then restarting WSL, is the fix. " + _NEVER_LINUX_DRIVER,
+            )
+        )
     if share and "libcuda.so.1" not in ctx.loader and (ctx.gpu_wanted or dxg):
         findings.append(_share_off_loader_path(ctx, said, share[0].path))
     return findings
