@@ -71,7 +71,7 @@ class Library:
     origin: str  # LD_LIBRARY_PATH, ld-cache, pip:<dist>, cuda-toolkit, wsl, conda
     on_loader_path: bool  # whether a process started from this environment can dlopen() it by soname
     soname: str | None = None  # DT_SONAME read from the ELF file itself
-    owner: str | None = None  # who installed it: "pip nvidia-cudnn-cu12 9.3.0.75", "conda cudatoolkit 11.8.0", "dpkg ..."
+    owner: str | None = None  # who installed it: "pip nvidia-cudnn-cu12 9.3.0.75", "conda cudatoolkit 11.8.0"...
 
 
 @dataclass(frozen=True)

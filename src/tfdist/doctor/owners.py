@@ -89,7 +89,7 @@ def attribute_owners(roots: ProbeRoots, libraries: list[Library], conda: CondaFa
                 owner = conda_owners.get(os.path.normpath(candidate))
                 if owner:
                     break
-        if owner is None and lib.origin == "wsl":
+        if owner is None and (lib.origin == "wsl" or "/usr/lib/wsl/lib/" in _system_path(roots, lib.path)):
             owner = "Windows NVIDIA driver (WSL2 share /usr/lib/wsl/lib)"
         if owner is None and not lib.origin.startswith("pip"):
             if dpkg_owners is None:

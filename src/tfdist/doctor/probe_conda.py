@@ -16,7 +16,9 @@ from tfdist.doctor.roots import ProbeRoots
 _LD_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)$")
 # The variable's own previous value in its usual spellings: $LD_LIBRARY_PATH, ${LD_LIBRARY_PATH},
 # ${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} and ${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}.
-_SELF_REFERENCE = re.compile(r"\$\{LD_LIBRARY_PATH:[-+]:?(?:\$\{LD_LIBRARY_PATH\}|\$LD_LIBRARY_PATH)\}|\$\{?LD_LIBRARY_PATH\}?")
+_SELF_REFERENCE = re.compile(
+    r"\$\{LD_LIBRARY_PATH:[-+]:?(?:\$\{LD_LIBRARY_PATH\}|\$LD_LIBRARY_PATH)\}|\$\{?LD_LIBRARY_PATH\}?"
+)
 _SUBDIR = re.compile(r"^(noarch|(linux|osx|win|emscripten|wasi|zos)-\w+)$")
 
 

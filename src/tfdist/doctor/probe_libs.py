@@ -123,8 +123,9 @@ def probe_libraries(
     loader_dirs = {os.path.realpath(os.path.dirname(lib.path)) for lib in libraries}
 
     # CUDA 13 wheels (no -cuNN suffix) share one folder, nvidia/cu13/lib: each file's dist comes from its name.
-    suffixed = {pip_component(d): (d, v) for d, v in nvidia_wheels.items() if pip_component(d) and re.search(r"-cu\d+$", d)}
-    unsuffixed = {pip_component(d): (d, v) for d, v in nvidia_wheels.items() if pip_component(d) and (d, v) not in suffixed.values()}
+    components = {d: pip_component(d) for d in nvidia_wheels}
+    suffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and re.search(r"-cu\d+$", d)}
+    unsuffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and not re.search(r"-cu\d+$", d)}
     by_component = {**unsuffixed, **suffixed}
     pip_ptxas = None
     for site in roots.site_dirs:

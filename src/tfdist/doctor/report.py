@@ -10,6 +10,7 @@ from tfdist.doctor.core import Report
 from tfdist.doctor.findings import ERROR, INFO, WARNING
 
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_REACH = {"ld-cache": "ldconfig cache", "cuda-toolkit": "toolkit", "wsl": "WSL2 driver share", "conda": "conda lib"}
 _VERDICT_STYLE = {"problems": "bold red", "gpu-ready": "bold green", "cpu-only": "bold", "no-tensorflow": "bold"}
 
 
@@ -63,9 +64,10 @@ def render(report: Report, *, console: Any = None) -> None:
     out.print("  " + escape(", ".join(w for w in where if w)))
     env = f"{system.environment} {system.environment_prefix}" if system.environment_prefix else system.environment
     if system.wsl:
+        conf = system.wsl_loader_conf
         out.print(
             "  /usr/lib/wsl/lib (the Windows driver's libcuda) "
-            + (f"is on the loader path via {system.wsl_loader_conf}" if system.wsl_loader_conf else "is in no ld.so.conf.d file")
+            + (f"is on the loader path via {conf}" if conf else "is in no ld.so.conf.d file")
         )
     out.print(f"  Python {system.python_version} ({escape(system.python_executable)}, {escape(env)})")
 
@@ -124,11 +126,20 @@ def render(report: Report, *, console: Any = None) -> None:
         # user may have to act on. The terminal wraps them instead.
         out.print("\n[bold]CUDA libraries[/] (name, version, how the loader finds it, owner, path)")
         width = max(len(lib.name) for lib in libs)
-        versions = [lib.version or lib.name.partition(".so.")[2] for lib in libs]
+        # A version that is only the SONAME's number (a file named libcudnn.so.9 and nothing more) says so.
+        versions = [
+            (lib.version or "") + (" (soname)" if (lib.version or "") == lib.name.partition(".so.")[2] else "")
+            for lib in libs
+        ]
         vwidth = max(len(v) for v in versions)
         for lib, version in zip(libs, versions):
-            reach = lib.origin if lib.on_loader_path or lib.origin.startswith("pip") else "not on loader path"
-            owner = f", {lib.owner}" if lib.owner and not lib.origin.startswith("pip") else ""
+            owner = f", {lib.owner}" if lib.owner else ""
+            if lib.origin.startswith("pip"):
+                reach, owner = "site-packages", f", {lib.owner or 'pip wheel'}"
+            elif lib.on_loader_path:
+                reach = _REACH.get(lib.origin, lib.origin)
+            else:
+                reach = "not on the loader path"
             out.print(
                 f"  {escape(lib.name.ljust(width))}  {escape(version.ljust(vwidth))}  "
                 f"[dim]{escape(reach + owner)}[/]  {escape(lib.path)}"

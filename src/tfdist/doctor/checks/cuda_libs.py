@@ -67,10 +67,7 @@ def _found_version(lib: Library | None, ctx: Context, conda_names: tuple[str, ..
         package = ctx.facts.conda.package(name)
         if package and lib.owner and f"conda {package.name} " in lib.owner:
             return ".".join(str(p) for p in vtuple(package.version)[:2])
-    version = lib.version or lib.name.partition(".so.")[2]
-    parts = vtuple(version)
-    if stem(lib.name) == "libcudart" and parts and parts[0] >= 100:
-        return None
+    parts = vtuple(lib.version or lib.name.partition(".so.")[2])
     return ".".join(str(p) for p in parts[:2]) if parts else None
 
 
@@ -155,7 +152,9 @@ def _hidden_finding(ctx: Context, missing: dict[str, str], dirs: list[str], evid
     )
 
 
-def _mismatch_finding(ctx: Context, missing: dict[str, str], others: dict[str, Library], evidence: list[str]) -> Finding:
+def _mismatch_finding(
+    ctx: Context, missing: dict[str, str], others: dict[str, Library], evidence: list[str]
+) -> Finding:
     cudart = others.get("cudart") or next((lib for c, lib in others.items() if c != "cudnn"), None)
     cudnn = others.get("cudnn")
     # What the loader already resolves counts too: the CUDA runtime TF gets when only cuDNN is off.
@@ -220,7 +219,7 @@ def _mismatch_finding(ctx: Context, missing: dict[str, str], others: dict[str, L
 
 
 def _conda_owned(libs: dict[str, Library] | None) -> bool:
-    return bool(libs) and any((lib.owner or "").startswith("conda ") for lib in libs.values())  # type: ignore[union-attr]
+    return any((lib.owner or "").startswith("conda ") for lib in (libs or {}).values())
 
 
 def _bring_libraries(ctx: Context, others: dict[str, Library] | None = None) -> str:

@@ -127,7 +127,9 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
         return []
     lib = ctx.loader.get(f"libcudnn.so.{ctx.cudnn_major}")
     findings = []
-    if lib is not None and lib.version and len(vtuple(lib.version)) >= 2 and vtuple(lib.version)[:2] < vtuple(build.cudnn)[:2]:
+    # A version known only to its major (a wheel's libcudnn.so.9 with no minor in its name) cannot be compared.
+    known = vtuple(lib.version or "") if lib is not None else ()
+    if lib is not None and len(known) >= 2 and known[:2] < vtuple(build.cudnn)[:2]:
         pin = build.and_cuda_pins.get(f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}")
         evidence = [
             f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {lib.origin})",
