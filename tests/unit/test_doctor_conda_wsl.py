@@ -192,3 +192,26 @@ def test_wsl2_detection_names_each_source(
     facts = probe_system(ProbeRoots(proc=proc, sys_root=root, env=env, platform="linux"), "/usr/bin/python3")
     assert len(facts.wsl_evidence) == said and facts.wsl is (said > 0)
     assert facts.wsl_loader_conf == ("/etc/ld.so.conf.d/ld.wsl.conf" if said else None)
+
+
+def _facts_with_conda_lib(tf_package: str | None):  # type: ignore[no-untyped-def]
+    from tfdist.doctor.facts import CondaPackage, DriverFacts, Facts, LibraryFacts, SystemFacts, TensorFlowFacts
+
+    lib = Library("libcudnn.so.8", "/env/lib/libcudnn.so.8", "8.9.7", "conda", False)
+    packages = (CondaPackage("cudnn", "8.9.7.29", "h1", "conda-forge", ("lib/libcudnn.so.8",)),)
+    if tf_package:
+        packages += (CondaPackage(tf_package, "2.17.0", "cuda120py311h1", "conda-forge", ()),)
+    return Facts(
+        system=SystemFacts(platform="linux", machine="x86_64"),
+        driver=DriverFacts(state="absent"),
+        libraries=LibraryFacts(libraries=(lib,)),
+        tensorflow=TensorFlowFacts(),
+        conda=CondaFacts(prefix="/env", packages=packages),
+    )
+
+
+@pytest.mark.parametrize(("tf_package", "visible"), [(None, False), ("tensorflow-base", True), ("tensorflow", True)])
+def test_conda_lib_counts_as_loadable_only_for_tensorflow_from_conda(tf_package: str | None, visible: bool) -> None:
+    from tfdist.doctor.context import build_context
+
+    assert ("libcudnn.so.8" in build_context(_facts_with_conda_lib(tf_package)).loader) is visible
