@@ -82,7 +82,8 @@ def _loader_view(facts: Facts, pip_visible: bool) -> dict[str, Library]:
     # TensorFlow installed as a conda package finds $CONDA_PREFIX/lib through its own run path.
     conda_tf = any(p.name in _CONDA_TF_PACKAGES for p in facts.conda.packages)
     for lib in libs:
-        if lib.origin in ("cuda-toolkit", "wsl", "conda") and (lib.on_loader_path or (conda_tf and lib.origin == "conda")):
+        reachable = lib.on_loader_path or (conda_tf and lib.origin == "conda")
+        if lib.origin in ("cuda-toolkit", "wsl", "conda") and reachable:
             ordered.append(lib)
     for lib in ordered:
         view.setdefault(lib.name, lib)
