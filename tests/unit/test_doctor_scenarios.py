@@ -80,6 +80,12 @@ def test_scenario(name: str, tmp_path: Path) -> None:
     if expect.get("no_unknown_versions"):
         # Every CUDA library found carries a version: from its file name, its SONAME or the package that owns it.
         assert all(lib.version for lib in report.facts.libraries.libraries), report.facts.libraries.libraries
+    if report.facts.system.wsl:
+        # Inside WSL2 the driver is the Windows one: no fix may touch a Linux driver.
+        linux_driver = ("setup-gpu", "modprobe", "cuda-drivers", "install nvidia-driver")
+        for finding in report.findings:
+            for command in (finding.fix or "", *finding.alternatives):
+                assert not any(word in command for word in linux_driver), command
     for finding_id in expect.get("absent", []):
         assert finding_id not in found, found[finding_id]
     facts = dataclasses.asdict(report.facts)

@@ -74,7 +74,7 @@ def render(report: Report, *, console: Any = None) -> None:
     out.print("\n[bold]NVIDIA driver[/]")
     if driver.driver_version:
         out.print(
-            f"  driver {driver.driver_version} via {driver.source}, "
+            f"  {'Windows driver (WSL2)' if system.wsl else 'driver'} {driver.driver_version} via {driver.source}, "
             f"supports CUDA up to {driver.cuda_driver_version or '?'}"
             + (f", kernel module {driver.kernel_module_version}" if driver.kernel_module_version else "")
         )
