@@ -9,10 +9,11 @@ import subprocess
 from pathlib import Path
 
 from tfdist.doctor import compat
-from tfdist.doctor.elf import read_soname
-from tfdist.doctor.facts import CondaFacts, Library, LibraryFacts
-from tfdist.doctor.owners import attribute_owners
+from tfdist.doctor.facts import Library, LibraryFacts
 from tfdist.doctor.roots import ProbeRoots
+from tfdist.doctor.elf import read_soname
+from tfdist.doctor.facts import CondaFacts
+from tfdist.doctor.owners import attribute_owners
 
 _LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
 

@@ -11,6 +11,7 @@ from tfdist.doctor.recommend import cc_support, recommend
 from tfdist.doctor.versions import at_least, vtuple
 from tfdist.errors import UsageError
 from tfdist.doctor.checks.wsl import WSL_DRIVER_UPDATE
+from tfdist.doctor.recommend import minimum_driver
 
 
 def check_driver(ctx: Context) -> list[Finding]:
@@ -129,12 +130,12 @@ def _driver_age(ctx: Context, looked: list[str]) -> list[Finding]:
     if not (ctx.cuda_build and ctx.cuda and driver.driver_version):
         return []
     try:
-        floor = compat.min_driver_for_cuda(ctx.cuda, minor_compat=True, windows=system.wsl)
         toolkit = compat.min_driver_for_cuda(ctx.cuda, windows=system.wsl)
     except UsageError:
         return []
-    if system.wsl and vtuple(ctx.cuda)[0] >= 12:
-        floor = max(floor, compat.wsl_windows_driver_min(), key=vtuple)
+    floor = minimum_driver(ctx.cuda, wsl=system.wsl)
+    if floor is None:
+        return []
     which = "Windows driver (WSL2)" if system.wsl else "driver"
     evidence = (
         f"NVIDIA {which}: {driver.driver_version} (from {driver.source})",

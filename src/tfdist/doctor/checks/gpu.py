@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 
 from tfdist.doctor import compat
-from tfdist.doctor.checks.cuda_libs import check_missing_libraries
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
+from tfdist.doctor.checks.cuda_libs import check_missing_libraries
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
 from tfdist.doctor.versions import minor_of, vtuple
 
