@@ -9,7 +9,8 @@ import os
 from tfdist.doctor import compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
-from tfdist.doctor.checks.cuda_libs import check_missing_libraries
+from tfdist.doctor.checks.cuda_libs import check_missing_libraries, owner_of
+from tfdist.doctor.matching import conda_install_command, releases_for
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
 from tfdist.doctor.versions import minor_of, vtuple
 
@@ -132,13 +133,23 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
     if lib is not None and len(known) >= 2 and known[:2] < vtuple(build.cudnn)[:2]:
         pin = build.and_cuda_pins.get(f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}")
         evidence = [
-            f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {lib.origin})",
+            f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {owner_of(lib)})",
             f"TensorFlow {ctx.tf_version} was compiled with cuDNN {build.cudnn}",
         ]
         if tf.torch_cudnn_pin:
             evidence.append(f"torch {tf.torch} requires {tf.torch_cudnn_pin}")
         dist = f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}"
         fix = f"pip install '{dist}{pin}'" if pin and lib.origin.startswith("pip") else None
+        if fix is None and ctx.facts.conda.prefix and (lib.owner or "").startswith("conda "):
+            fix = conda_install_command(build)
+        # The other direction: the newest release compiled with a cuDNN no newer than this one.
+        cudart = next((x for x in ctx.loader.values() if x.name.startswith("libcudart.so.")), None)
+        python = ctx.facts.system.python_version
+        here = releases_for(cudart.version or ctx.cuda or "", lib.version, python) if cudart else []
+        older: tuple[str, ...] = ()
+        if here:
+            built = compat.tf_build(here[-1]).cudnn
+            older = (install_command(here[-1], gpu=lib.origin.startswith("pip")) + f"  # built with cuDNN {built}",)
         findings.append(
             Finding(
                 "cudnn-too-old",
@@ -147,9 +158,8 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
                 tuple(evidence),
                 fix=fix
                 or f"remove {os.path.dirname(lib.path)} from LD_LIBRARY_PATH or upgrade cuDNN to >= {build.cudnn}",
-                alternatives=("python -m venv .venv-tf  # keep torch and TensorFlow in separate environments",)
-                if tf.torch
-                else (),
+                alternatives=older
+                + (("python -m venv .venv-tf  # keep torch and TensorFlow in separate environments",) if tf.torch else ()),
                 detail="TensorFlow lists the GPU but convolutions fail: "
                 "'Loaded runtime CuDNN library: X but source was "
                 "compiled with: Y' then 'DNN library initialization failed'.",
