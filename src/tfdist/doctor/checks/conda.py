@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from shlex import quote
+
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, WARNING, Finding
 
@@ -32,7 +34,7 @@ def check_conda(ctx: Context) -> list[Finding]:
             ERROR if wanted_here and ctx.cuda_build and ctx.gpu_wanted else WARNING,
             "The conda environment's activation script sets LD_LIBRARY_PATH, but this shell does not have it",
             tuple(evidence),
-            fix=f"conda deactivate && conda activate {conda.prefix}",
+            fix=f"conda deactivate && conda activate {quote(conda.prefix)}",
             detail="activate.d scripts run only when the environment is activated; a script written into an "
             "active environment, or a shell profile that resets LD_LIBRARY_PATH afterwards, leaves it unapplied.",
         )

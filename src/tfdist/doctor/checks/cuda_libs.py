@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from shlex import quote
 
 from tfdist.doctor import compat
 from tfdist.doctor.context import Context
@@ -16,6 +17,11 @@ from tfdist.doctor.recommend import install_command
 from tfdist.doctor.versions import vtuple
 
 _LD_APPEND = "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+
+
+def export_ld_path(folders: list[str]) -> str:
+    """``export LD_LIBRARY_PATH=<folders>${LD_LIBRARY_PATH:+:...}``, the folders quoted for the shell."""
+    return "export LD_LIBRARY_PATH=" + quote(":".join(folders)) + _LD_APPEND
 
 
 def stem(name: str) -> str:
@@ -123,22 +129,23 @@ def _hidden_finding(ctx: Context, missing: dict[str, str], dirs: list[str], evid
         if not s.applied and all(os.path.normpath(d) in s.folders for d in dirs)
     ]
     if stale:
-        fix = f"conda deactivate && conda activate {conda}"
-        alternatives = ("export LD_LIBRARY_PATH=" + ":".join(dirs) + _LD_APPEND + "  # this shell only",)
+        fix = f"conda deactivate && conda activate {quote(conda or '')}"
+        alternatives = (export_ld_path(dirs) + "  # this shell only",)
         detail = f"{stale[0].path} adds them to LD_LIBRARY_PATH, but only when the environment is activated."
     elif conda and all(d.startswith(conda) for d in dirs):
-        script = f"{conda}/etc/conda/activate.d/env_vars.sh"
+        folder = quote(f"{conda}/etc/conda/activate.d")
+        script = quote(f"{conda}/etc/conda/activate.d/env_vars.sh")
         fix = (
-            f"mkdir -p {conda}/etc/conda/activate.d && echo 'export LD_LIBRARY_PATH=$CONDA_PREFIX/lib"
-            f"{_LD_APPEND}' >> {script} && conda deactivate && conda activate {conda}"
+            f"mkdir -p {folder} && echo 'export LD_LIBRARY_PATH=$CONDA_PREFIX/lib"
+            f"{_LD_APPEND}' >> {script} && conda deactivate && conda activate {quote(conda)}"
         )
-        alternatives = ("export LD_LIBRARY_PATH=" + ":".join(dirs) + _LD_APPEND + "  # this shell only",)
+        alternatives = (export_ld_path(dirs) + "  # this shell only",)
         detail = (
             "TensorFlow from pip does not look in the conda environment's lib folder; an activation script puts "
             "it on LD_LIBRARY_PATH each time the environment is activated."
         )
     else:
-        fix = "export LD_LIBRARY_PATH=" + ":".join(dirs) + _LD_APPEND
+        fix = export_ld_path(dirs)
         detail = "The libraries are installed but outside the loader's search path."
     return Finding(
         "cuda-libraries-missing",

@@ -5,11 +5,12 @@ libraries, the 2.16 pip path bug, cuDNN version, torch's pin, shadowing, libcuda
 from __future__ import annotations
 
 import os
+from shlex import quote
 
 from tfdist.doctor import compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
-from tfdist.doctor.checks.cuda_libs import check_missing_libraries, owner_of
+from tfdist.doctor.checks.cuda_libs import check_missing_libraries, export_ld_path, owner_of
 from tfdist.doctor.matching import conda_install_command, releases_for
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
 from tfdist.doctor.versions import minor_of, vtuple
@@ -108,7 +109,7 @@ def check_libraries(ctx: Context) -> list[Finding]:
                     ERROR,
                     f"TensorFlow {ctx.tf_version} does not find the CUDA libraries that tensorflow[and-cuda] installed",
                     tuple(f"{so}: only in {pip_libs[so].path}" for so in in_pip.values()),
-                    fix="export LD_LIBRARY_PATH=" + ":".join(dirs) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}",
+                    fix=export_ld_path(dirs),
                     alternatives=(install_command("2.17", gpu=True),),
                     detail=compat.load_data("cuda_libs")["pip_cuda_path_broken"]["source"] + ".",
                 )
@@ -216,7 +217,7 @@ def _shadowing(ctx: Context, pip_libs: dict[str, object]) -> list[Finding]:
                     f"{lib.name} from LD_LIBRARY_PATH ({lib.version}) shadows the pip wheel's ({pip_lib.version})",  # type: ignore[attr-defined]
                     (f"LD_LIBRARY_PATH: {lib.path}", f"pip: {pip_lib.path}"),  # type: ignore[attr-defined]
                     fix="export LD_LIBRARY_PATH="
-                    + ":".join(p for p in ctx.facts.system.ld_library_path if p != os.path.dirname(lib.path)),
+                    + quote(":".join(p for p in ctx.facts.system.ld_library_path if p != os.path.dirname(lib.path))),
                     detail="Keep one source of CUDA libraries per environment; the pip wheels match TensorFlow's pins.",
                 )
             )
