@@ -215,3 +215,25 @@ def test_conda_lib_counts_as_loadable_only_for_tensorflow_from_conda(tf_package:
     from tfdist.doctor.context import build_context
 
     assert ("libcudnn.so.8" in build_context(_facts_with_conda_lib(tf_package)).loader) is visible
+
+
+def test_fixes_quote_a_conda_prefix_with_a_space(tmp_path: Path) -> None:
+    import importlib.util
+    import shlex
+
+    from tfdist.doctor.core import DoctorConfig, run_doctor
+
+    builder_path = Path(__file__).parents[1] / "fixtures" / "doctor" / "builder.py"
+    spec = importlib.util.spec_from_file_location("doctor_builder_q", builder_path)
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    machine = builder.load_scenario("conda-tf29-libcudart-in-env-lib")["machine"]
+    machine["conda"]["prefix"] = "/home/a user/miniconda3/envs/tf 2.9"
+    machine["env"] = {}
+    roots = builder.build_machine(tmp_path, "quoted", machine)
+    report = run_doctor(DoctorConfig(roots=roots))
+    finding = next(f for f in report.findings if f.id == "cuda-libraries-missing")
+    words = shlex.split(finding.fix or "")
+    prefix = str(roots.sys_root / "home/a user/miniconda3/envs/tf 2.9")
+    assert f"{prefix}/etc/conda/activate.d" in words and prefix in words, finding.fix
