@@ -64,6 +64,7 @@ def test_scenario(name: str, tmp_path: Path) -> None:
     listing = "; ".join(f"{f.severity} {f.id}: {f.title}" for f in report.findings)
     assert report.verdict.status == expect["verdict"], f"{report.verdict.summary} | {listing}"
     assert report.verdict.exit_status == expect["exit"]
+    assert expect.get("summary", "") in report.verdict.summary
     for finding_id, want in expect["findings"].items():
         assert finding_id in found, f"missing {finding_id}; got {listing}"
         finding = found[finding_id]

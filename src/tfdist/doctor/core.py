@@ -76,9 +76,10 @@ def decide(ctx: Context, findings: list[Finding]) -> Verdict:
         return Verdict("no-tensorflow", "TensorFlow is not installed; nothing stops it from running here", status)
     if ctx.cuda_build and ctx.driver_ok and ctx.linux:
         names = ", ".join(sorted({g.name for g in gpus}))
+        through = " through WSL2 and the Windows driver" if ctx.facts.system.wsl else ""
         return Verdict(
             "gpu-ready",
-            f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names})",
+            f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names}){through}",
             status,
         )
     reason = "this machine has no NVIDIA GPU" if not ctx.gpu_present else "no usable GPU for this build"

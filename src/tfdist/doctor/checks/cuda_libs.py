@@ -232,7 +232,9 @@ def _conda_owned(libs: dict[str, Library] | None) -> bool:
 def _bring_libraries(ctx: Context, others: dict[str, Library] | None = None) -> str:
     """Bring the CUDA libraries this TensorFlow needs, in the terms of the environment that lacks them."""
     build = ctx.build
-    if build is not None and ctx.facts.conda.prefix and (_conda_owned(others) or vtuple(build.version) < (2, 14)):
+    # conda terms when conda owns what is there, or when this conda environment must bring a pre-2.14 CUDA itself.
+    legacy_in_conda = ctx.facts.system.environment == "conda" and build is not None and vtuple(build.version) < (2, 14)
+    if build is not None and ctx.facts.conda.prefix and (_conda_owned(others) or legacy_in_conda):
         return conda_install_command(build)
     if vtuple(ctx.tf_version or "")[:2] >= (2, 14):
         return f"pip install 'tensorflow[and-cuda]=={ctx.tf_version}'"
@@ -242,6 +244,6 @@ def _bring_libraries(ctx: Context, others: dict[str, Library] | None = None) -> 
 
 def _conda_alternative(ctx: Context) -> tuple[str, ...]:
     build = ctx.build
-    if build is None or not ctx.facts.conda.prefix or not build.cuda:
+    if build is None or ctx.facts.system.environment != "conda" or not build.cuda:
         return ()
     return (conda_install_command(build) + "  # the CUDA libraries as conda packages",)
