@@ -36,10 +36,17 @@ def command(as_json: bool, recommend: bool, verify: bool, expect_gpu: bool, veri
     TensorFlow build without importing TensorFlow. Exit status: 0 healthy (including a machine without a GPU
     that runs TensorFlow on the CPU), 1 problems found, 2 bad usage.
     """
+    from tfdist.doctor import roots
     from tfdist.doctor.core import DoctorConfig, run_doctor
 
     report = run_doctor(
-        DoctorConfig(expect_gpu=expect_gpu, recommend=recommend, verify=verify, verify_timeout_s=verify_timeout)
+        DoctorConfig(
+            roots=roots.machine_roots(),
+            expect_gpu=expect_gpu,
+            recommend=recommend,
+            verify=verify,
+            verify_timeout_s=verify_timeout,
+        )
     )
     if as_json:
         from tfdist.doctor.report import to_json

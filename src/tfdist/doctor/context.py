@@ -67,6 +67,9 @@ class Context:
         return minor_of(self.tf_version) not in broken
 
 
+_CONDA_TF_PACKAGES = ("tensorflow", "tensorflow-base", "tensorflow-gpu")
+
+
 def _loader_view(facts: Facts, pip_visible: bool) -> dict[str, Library]:
     """Soname -> the file a dlopen() from TensorFlow would get: LD_LIBRARY_PATH first, then TF's own run path
     into site-packages/nvidia (when it works), then the ldconfig cache."""
@@ -76,7 +79,12 @@ def _loader_view(facts: Facts, pip_visible: bool) -> dict[str, Library]:
     if pip_visible:
         ordered += [lib for lib in libs if lib.origin.startswith("pip")]
     ordered += [lib for lib in libs if lib.origin == "ld-cache"]
-    ordered += [lib for lib in libs if lib.origin in ("cuda-toolkit", "wsl", "conda") and lib.on_loader_path]
+    # TensorFlow installed as a conda package finds $CONDA_PREFIX/lib through its own run path.
+    conda_tf = any(p.name in _CONDA_TF_PACKAGES for p in facts.conda.packages)
+    for lib in libs:
+        reachable = lib.on_loader_path or (conda_tf and lib.origin == "conda")
+        if lib.origin in ("cuda-toolkit", "wsl", "conda") and reachable:
+            ordered.append(lib)
     for lib in ordered:
         view.setdefault(lib.name, lib)
     return view

@@ -9,6 +9,7 @@ from tfdist.doctor.context import Context, build_context
 from tfdist.doctor.facts import Facts
 from tfdist.doctor.findings import ERROR, Finding, Verdict, exit_status_for, sort_findings
 from tfdist.doctor.pipconf import configured_index_url
+from tfdist.doctor.probe_conda import probe_conda
 from tfdist.doctor.probe_libs import probe_libraries
 from tfdist.doctor.probe_nvidia import probe_driver
 from tfdist.doctor.probe_packages import probe_tensorflow
@@ -50,12 +51,14 @@ class Report:
 def collect_facts(roots: ProbeRoots) -> Facts:
     """Run every probe; nothing here imports TensorFlow."""
     tensorflow = probe_tensorflow(roots)
-    libraries = probe_libraries(roots, tensorflow.nvidia_wheels)
+    conda = probe_conda(roots)
+    libraries = probe_libraries(roots, tensorflow.nvidia_wheels, conda)
     return Facts(
         system=probe_system(roots, roots.python_executable),
         driver=probe_driver(roots, libraries),
         libraries=libraries,
         tensorflow=tensorflow,
+        conda=conda,
     )
 
 
@@ -73,9 +76,10 @@ def decide(ctx: Context, findings: list[Finding]) -> Verdict:
         return Verdict("no-tensorflow", "TensorFlow is not installed; nothing stops it from running here", status)
     if ctx.cuda_build and ctx.driver_ok and ctx.linux:
         names = ", ".join(sorted({g.name for g in gpus}))
+        through = " through WSL2 and the Windows driver" if ctx.facts.system.wsl else ""
         return Verdict(
             "gpu-ready",
-            f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names})",
+            f"TensorFlow {version} should use {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({names}){through}",
             status,
         )
     reason = "this machine has no NVIDIA GPU" if not ctx.gpu_present else "no usable GPU for this build"

@@ -15,6 +15,8 @@ class SystemFacts:
     kernel: str | None = None
     glibc: str | None = None
     wsl: bool = False
+    wsl_evidence: tuple[str, ...] = ()  # what said WSL2: kernel release, /proc/version, WSL_DISTRO_NAME, /dev/dxg
+    wsl_loader_conf: str | None = None  # the /etc/ld.so.conf.d file that puts /usr/lib/wsl/lib on the loader path
     container: str | None = None  # docker, podman, kubernetes, lxc, container
     python_version: str = ""
     python_executable: str = ""
@@ -68,6 +70,8 @@ class Library:
     version: str | None
     origin: str  # LD_LIBRARY_PATH, ld-cache, pip:<dist>, cuda-toolkit, wsl, conda
     on_loader_path: bool  # whether a process started from this environment can dlopen() it by soname
+    soname: str | None = None  # DT_SONAME read from the ELF file itself
+    owner: str | None = None  # who installed it: "pip nvidia-cudnn-cu12 9.3.0.75", "conda cudatoolkit 11.8.0"...
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,40 @@ class TensorFlowFacts:
 
 
 @dataclass(frozen=True)
+class CondaPackage:
+    """A CUDA-related package recorded in ``$CONDA_PREFIX/conda-meta/<name>-<version>-<build>.json``."""
+
+    name: str
+    version: str
+    build: str = ""
+    channel: str = ""  # conda-forge, nvidia, defaults... (the channel's last path part)
+    libraries: tuple[str, ...] = ()  # the shared libraries of interest it installed, relative to the prefix
+
+
+@dataclass(frozen=True)
+class ActivationScript:
+    """A ``$CONDA_PREFIX/etc/conda/activate.d`` script that changes ``LD_LIBRARY_PATH``."""
+
+    path: str
+    lines: tuple[str, ...]  # the lines that set LD_LIBRARY_PATH, as written
+    folders: tuple[str, ...]  # the folders they add, with $CONDA_PREFIX expanded
+    applied: bool  # every such folder is on the current LD_LIBRARY_PATH (the environment was activated since)
+
+
+@dataclass(frozen=True)
+class CondaFacts:
+    """The active conda environment's CUDA packages and activation scripts (empty outside conda)."""
+
+    prefix: str | None = None
+    packages: tuple[CondaPackage, ...] = ()
+    activation_scripts: tuple[ActivationScript, ...] = ()
+
+    def package(self, name: str) -> CondaPackage | None:
+        """The installed package called ``name``, if any."""
+        return next((p for p in self.packages if p.name == name), None)
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything the probes found."""
 
@@ -130,3 +168,4 @@ class Facts:
     driver: DriverFacts
     libraries: LibraryFacts
     tensorflow: TensorFlowFacts
+    conda: CondaFacts = field(default_factory=CondaFacts)

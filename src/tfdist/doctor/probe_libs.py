@@ -11,6 +11,9 @@ from pathlib import Path
 from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Library, LibraryFacts
 from tfdist.doctor.roots import ProbeRoots
+from tfdist.doctor.elf import read_soname
+from tfdist.doctor.facts import CondaFacts
+from tfdist.doctor.owners import attribute_owners
 
 _LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
 
@@ -74,18 +77,42 @@ def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str
 def pip_component(dist: str) -> str | None:
     """The site-packages folder: ``nvidia-cudnn-cu12`` -> ``cudnn``, ``nvidia-cuda-runtime-cu12`` -> ``cuda_runtime``.
 
-    Returns ``None`` for names that are not CUDA component wheels.
+    CUDA 13 wheels dropped the suffix (``nvidia-cuda-runtime``). Returns ``None`` for names that are not CUDA
+    component wheels.
     """
-    match = re.fullmatch(r"nvidia-(.+?)-cu\d+", dist)
-    return match.group(1).replace("-", "_") if match else None
+    match = re.fullmatch(r"nvidia-(.+?)(?:-cu\d+)?", dist)
+    if not match or match.group(1) in ("ml-py", "ml_py"):
+        return None
+    return match.group(1).replace("-", "_")
 
 
-def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> LibraryFacts:
-    """Collect the CUDA-related libraries of this machine and of pip's ``nvidia-*`` wheels.
+def _library_component(name: str) -> str | None:
+    """``libcudart.so.13`` -> ``cuda_runtime`` (the pip folder of CUDA 12 wheels, which names the dist)."""
+    stem = name.split(".so", 1)[0]
+    key = {"libcudart": "cudart", "libnvJitLink": "nvjitlink", "libcupti": "cupti"}.get(stem, stem[3:])
+    return compat.load_data("cuda_libs")["pip_dirs"].get(key)
+
+
+def _with_elf_facts(lib: Library) -> Library:
+    """Fill the SONAME from the file and, where the file name has no version, the version the SONAME carries."""
+    soname = read_soname(lib.path)
+    version = lib.version
+    if version is None and soname and ".so." in soname:
+        version = soname.split(".so.", 1)[1]
+    if version is None and ".so." in lib.name:
+        version = lib.name.split(".so.", 1)[1]  # libcudart.so.13: at least the major the loader asks for
+    return Library(lib.name, lib.path, version, lib.origin, lib.on_loader_path, soname, lib.owner)
+
+
+def probe_libraries(
+    roots: ProbeRoots, nvidia_wheels: dict[str, str], conda: CondaFacts | None = None
+) -> LibraryFacts:
+    """Collect the CUDA-related libraries of this machine, of pip's ``nvidia-*`` wheels and of the conda prefix.
 
     Args:
         roots: the machine.
         nvidia_wheels: installed ``nvidia-*`` distribution -> version, to date the wheel libraries.
+        conda: the conda environment's package records, to name the package that owns each library.
     """
     prefixes = _prefixes()
     libraries: list[Library] = []
@@ -96,7 +123,11 @@ def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> Library
     libraries += cached
     loader_dirs = {os.path.realpath(os.path.dirname(lib.path)) for lib in libraries}
 
-    by_component = {pip_component(d): (d, v) for d, v in nvidia_wheels.items() if pip_component(d)}
+    # CUDA 13 wheels (no -cuNN suffix) share one folder, nvidia/cu13/lib: each file's dist comes from its name.
+    components = {d: pip_component(d) for d in nvidia_wheels}
+    suffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and re.search(r"-cu\d+$", d)}
+    unsuffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and not re.search(r"-cu\d+$", d)}
+    by_component = {**unsuffixed, **suffixed}
     pip_ptxas = None
     for site in roots.site_dirs:
         base = site / "nvidia"
@@ -105,9 +136,11 @@ def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> Library
         except OSError:
             continue
         for component in components:
-            dist, version = by_component.get(component, (None, None))
-            origin = f"pip:{dist}" if dist else "pip"
-            for lib in _scan_dir(base / component / "lib", origin, False, prefixes):
+            shared = re.fullmatch(r"cu\d+", component) is not None
+            for lib in _scan_dir(base / component / "lib", "pip", False, prefixes):
+                key = _library_component(lib.name) if shared else component
+                dist, version = (unsuffixed if shared else by_component).get(key or "", (None, None))
+                origin = f"pip:{dist}" if dist else "pip"
                 libraries.append(Library(lib.name, lib.path, lib.version or version, origin, lib.on_loader_path))
             if component == "cuda_nvcc" and (base / component / "bin" / "ptxas").exists():
                 pip_ptxas = str(base / component / "bin" / "ptxas")
@@ -125,18 +158,24 @@ def probe_libraries(roots: ProbeRoots, nvidia_wheels: dict[str, str]) -> Library
             libraries += _scan_dir(folder, "cuda-toolkit", visible, prefixes)
     wsl = roots.path("/usr/lib/wsl/lib")
     libraries += _scan_dir(wsl, "wsl", os.path.realpath(wsl) in loader_dirs, prefixes)
-    conda = roots.env.get("CONDA_PREFIX")
-    if conda:
-        libraries += _scan_dir(
-            Path(conda) / "lib", "conda", os.path.realpath(Path(conda) / "lib") in loader_dirs, prefixes
-        )
+    conda_lib = Path(conda.prefix) / "lib" if conda and conda.prefix else None
+    if conda_lib is None and roots.env.get("CONDA_PREFIX"):
+        conda_lib = Path(roots.env["CONDA_PREFIX"]) / "lib"
+    if conda_lib is not None:
+        libraries += _scan_dir(conda_lib, "conda", os.path.realpath(conda_lib) in loader_dirs, prefixes)
 
     # The same folder is often reachable twice (/usr/local/cuda -> cuda-13.0): one entry per real folder and name.
     unique: dict[tuple[str, str], Library] = {}
     for lib in libraries:
-        unique.setdefault((os.path.realpath(os.path.dirname(lib.path)), lib.name), lib)
+        key = (os.path.realpath(os.path.dirname(lib.path)), lib.name)
+        first = unique.setdefault(key, lib)
+        if first is not lib and first.version is None and lib.version:
+            # A wheel's folder put on LD_LIBRARY_PATH: keep the loader's view, date it from the wheel.
+            owner = f"pip {lib.origin.partition(':')[2]} {lib.version}" if lib.origin.startswith("pip:") else None
+            unique[key] = Library(first.name, first.path, lib.version, first.origin, first.on_loader_path, None, owner)
+    found = [_with_elf_facts(lib) for lib in unique.values()]
     return LibraryFacts(
-        libraries=tuple(unique.values()),
+        libraries=tuple(attribute_owners(roots, found, conda or CondaFacts())),
         toolkits=tuple(toolkits),
         ptxas=roots.which("ptxas"),
         pip_ptxas=pip_ptxas,

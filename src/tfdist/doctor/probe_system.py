@@ -55,11 +55,43 @@ def _environment(roots: ProbeRoots) -> tuple[str, str | None]:
     return "system", None
 
 
+WSL_LIB = "/usr/lib/wsl/lib"
+
+
+def _wsl_evidence(roots: ProbeRoots, kernel: str | None, proc_version: str) -> tuple[str, ...]:
+    """What says this is WSL2: each source that does, named."""
+    evidence = []
+    if kernel and ("microsoft-standard-wsl2" in kernel.lower() or kernel.lower().endswith("-wsl2")):
+        evidence.append(f"kernel release {kernel}")
+    if "microsoft" in proc_version.lower():
+        evidence.append("/proc/version names Microsoft")
+    if roots.env.get("WSL_DISTRO_NAME"):
+        evidence.append(f"WSL_DISTRO_NAME={roots.env['WSL_DISTRO_NAME']}")
+    if roots.path("/dev/dxg").exists():
+        evidence.append("/dev/dxg (GPU paravirtualization device)")
+    return tuple(evidence)
+
+
+def _wsl_loader_conf(roots: ProbeRoots) -> str | None:
+    """The ``/etc/ld.so.conf.d`` file listing ``/usr/lib/wsl/lib`` (WSL writes ``ld.wsl.conf``), if any."""
+    folder = roots.path("/etc/ld.so.conf.d")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    for name in names:
+        text = read_text(folder / name) or ""
+        if any(line.strip().rstrip("/") == WSL_LIB for line in text.splitlines()):
+            return f"/etc/ld.so.conf.d/{name}"
+    return None
+
+
 def probe_system(roots: ProbeRoots, python_executable: str) -> SystemFacts:
     """Collect the OS, kernel, WSL/container and interpreter facts."""
     kernel = (read_text(roots.proc / "sys" / "kernel" / "osrelease") or "").strip() or None
     proc_version = read_text(roots.proc / "version") or ""
-    wsl = "microsoft" in proc_version.lower() or bool(roots.env.get("WSL_DISTRO_NAME"))
+    wsl_evidence = _wsl_evidence(roots, kernel, proc_version) if roots.platform.startswith("linux") else ()
+    wsl = bool(wsl_evidence)
     environment, prefix = _environment(roots)
     ld_path = tuple(p for p in roots.env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p)
     return SystemFacts(
@@ -69,6 +101,8 @@ def probe_system(roots: ProbeRoots, python_executable: str) -> SystemFacts:
         kernel=kernel,
         glibc=roots.glibc,
         wsl=wsl,
+        wsl_evidence=wsl_evidence,
+        wsl_loader_conf=_wsl_loader_conf(roots) if wsl else None,
         container=_container(roots) if roots.platform.startswith("linux") else None,
         python_version=roots.python_version,
         python_executable=python_executable,

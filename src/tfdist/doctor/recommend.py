@@ -89,6 +89,23 @@ def install_command(version: str, *, gpu: bool, index_url: str | None = None) ->
     return " ".join(words)
 
 
+def minimum_driver(cuda: str, *, wsl: bool) -> str | None:
+    """The oldest driver that runs software built with CUDA ``cuda`` (minor-version compatibility floor).
+
+    Under WSL2 the driver is the Windows one: its numbers follow the Windows column, and TensorFlow's install guide
+    asks for at least 528.33 there for CUDA 12. ``None`` when the tables have no such driver.
+    """
+    from tfdist.errors import UsageError
+
+    try:
+        floor = compat.min_driver_for_cuda(cuda, minor_compat=True, windows=wsl)
+    except UsageError:
+        return None
+    if wsl and vtuple(cuda)[0] >= 12:
+        floor = max(floor, compat.wsl_windows_driver_min(), key=vtuple)
+    return floor
+
+
 def _blockers(build: compat.TfBuild, facts: Facts, gpu: bool) -> list[str]:
     system, driver = facts.system, facts.driver
     reasons = []
@@ -97,8 +114,8 @@ def _blockers(build: compat.TfBuild, facts: Facts, gpu: bool) -> list[str]:
     if system.glibc and not at_least(system.glibc, build.glibc_min):
         reasons.append(f"needs glibc >= {build.glibc_min} (have {system.glibc})")
     if gpu and build.cuda_full:
-        floor = compat.min_driver_for_cuda(build.cuda_full, minor_compat=True)
-        if not at_least(driver.driver_version, floor):
+        floor = minimum_driver(build.cuda_full, wsl=system.wsl)
+        if floor and not at_least(driver.driver_version, floor):
             reasons.append(f"needs NVIDIA driver >= {floor} for CUDA {build.cuda} (have {driver.driver_version})")
         for device in driver.gpus:
             if not device.compute_capability:

@@ -10,6 +10,7 @@ from tfdist.doctor.core import Report
 from tfdist.doctor.findings import ERROR, INFO, WARNING
 
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_REACH = {"ld-cache": "ldconfig cache", "cuda-toolkit": "toolkit", "wsl": "WSL2 driver share", "conda": "conda lib"}
 _VERDICT_STYLE = {"problems": "bold red", "gpu-ready": "bold green", "cpu-only": "bold", "no-tensorflow": "bold"}
 
 
@@ -57,17 +58,23 @@ def render(report: Report, *, console: Any = None) -> None:
         system.os_name or system.platform,
         f"kernel {system.kernel}" if system.kernel else None,
         f"glibc {system.glibc}" if system.glibc else None,
-        "WSL2" if system.wsl else None,
+        f"WSL2 ({'; '.join(system.wsl_evidence)})" if system.wsl else None,
         f"in {system.container} container" if system.container else None,
     ]
     out.print("  " + escape(", ".join(w for w in where if w)))
     env = f"{system.environment} {system.environment_prefix}" if system.environment_prefix else system.environment
+    if system.wsl:
+        conf = system.wsl_loader_conf
+        out.print(
+            "  /usr/lib/wsl/lib (the Windows driver's libcuda) "
+            + (f"is on the loader path via {conf}" if conf else "is in no ld.so.conf.d file")
+        )
     out.print(f"  Python {system.python_version} ({escape(system.python_executable)}, {escape(env)})")
 
     out.print("\n[bold]NVIDIA driver[/]")
     if driver.driver_version:
         out.print(
-            f"  driver {driver.driver_version} via {driver.source}, "
+            f"  {'Windows driver (WSL2)' if system.wsl else 'driver'} {driver.driver_version} via {driver.source}, "
             f"supports CUDA up to {driver.cuda_driver_version or '?'}"
             + (f", kernel module {driver.kernel_module_version}" if driver.kernel_module_version else "")
         )
@@ -76,7 +83,7 @@ def render(report: Report, *, console: Any = None) -> None:
     if driver.gpus:
         table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
         for column in ("GPU", "name", "compute capability", "memory"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for gpu in driver.gpus:
             table.add_row(
                 str(gpu.index),
@@ -101,7 +108,7 @@ def render(report: Report, *, console: Any = None) -> None:
             f"  build: CUDA build {info.get('is_cuda_build')}, CUDA {info.get('cuda_version', '-')}, "
             f"cuDNN {info.get('cudnn_version', '-')}, "
             f"{', '.join(info.get('cuda_compute_capabilities', []) or []) or 'no compute capabilities'}"  # type: ignore[arg-type]
-            f" ({tf.build_info_format})"
+            f" (from {tf.build_info_path})"
         )
     extras = [
         f"keras {tf.keras}" if tf.keras else None,
@@ -115,18 +122,29 @@ def render(report: Report, *, console: Any = None) -> None:
 
     libs = _relevant_libraries(report)
     if libs:
-        out.print("\n[bold]CUDA libraries[/]")
-        table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
-        for column in ("library", "version", "from", "path"):
-            table.add_column(column)
-        for lib in libs:
-            table.add_row(
-                lib.name,
-                lib.version or "?",
-                lib.origin + ("" if lib.on_loader_path or lib.origin.startswith("pip") else " (not on loader path)"),
-                escape(lib.path),
+        # Plain lines, not a table: a table cuts long paths mid-name on a narrow terminal, and these are paths the
+        # user may have to act on. The terminal wraps them instead.
+        out.print("\n[bold]CUDA libraries[/] (name, version, how the loader finds it, owner, path)")
+        width = max(len(lib.name) for lib in libs)
+        # A version that is only the SONAME's number (a file named libcudnn.so.9 and nothing more) says so.
+        versions = [
+            (lib.version or "") + (" (soname)" if (lib.version or "") == lib.name.partition(".so.")[2] else "")
+            for lib in libs
+        ]
+        vwidth = max(len(v) for v in versions)
+        for lib, version in zip(libs, versions):
+            owner = f", {lib.owner}" if lib.owner else ""
+            if lib.origin.startswith("pip"):
+                reach, owner = "site-packages", f", {lib.owner or 'pip wheel'}"
+            elif lib.on_loader_path:
+                reach = _REACH.get(lib.origin, lib.origin)
+            else:
+                reach = "not on the loader path"
+            out.print(
+                f"  {escape(lib.name.ljust(width))}  {escape(version.ljust(vwidth))}  "
+                f"[dim]{escape(reach + owner)}[/]  {escape(lib.path)}"
             )
-        out.print(table)
+    _render_conda(out, report, escape)
 
     out.print("\n[bold]Findings[/]")
     if not report.findings:
@@ -168,3 +186,18 @@ def render(report: Report, *, console: Any = None) -> None:
         )  # type: ignore[attr-defined]
         for match in verification.matches:  # type: ignore[attr-defined]
             out.print(f"  [dim]log ({match.cause}): {escape(match.line)}[/]")
+
+
+def _render_conda(out: Any, report: Report, escape: Any) -> None:
+    conda = report.facts.conda
+    if conda.prefix is None:
+        return
+    out.print(f"\n[bold]Conda environment[/] {escape(conda.prefix)}")
+    if not conda.packages:
+        out.print("  no CUDA, cuDNN or NCCL packages recorded in conda-meta")
+    for package in conda.packages:
+        channel = f" ({package.channel})" if package.channel else ""
+        out.print(f"  {escape(package.name)} {escape(package.version)} {escape(package.build)}{escape(channel)}")
+    for script in conda.activation_scripts:
+        state = "applied" if script.applied else "NOT applied in this shell"
+        out.print(f"  activation script {escape(script.path)} sets LD_LIBRARY_PATH ({state})")

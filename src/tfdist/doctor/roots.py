@@ -85,3 +85,8 @@ class ProbeRoots:
                 if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                     return candidate
         return None
+
+
+def machine_roots() -> ProbeRoots:
+    """The machine this process runs on: what ``tfdist doctor`` inspects (tests substitute a built machine here)."""
+    return ProbeRoots()

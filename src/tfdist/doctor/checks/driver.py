@@ -10,6 +10,8 @@ from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 from tfdist.doctor.recommend import cc_support, recommend
 from tfdist.compat.versions import at_least, vtuple
 from tfdist.errors import UsageError
+from tfdist.doctor.checks.wsl import WSL_DRIVER_UPDATE
+from tfdist.doctor.recommend import minimum_driver
 
 
 def check_driver(ctx: Context) -> list[Finding]:
@@ -17,6 +19,8 @@ def check_driver(ctx: Context) -> list[Finding]:
     if not ctx.linux:
         return []
     driver, system = ctx.facts.driver, ctx.facts.system
+    if system.wsl and driver.state != "ok":
+        return []  # no Linux driver inside WSL2: check_wsl explains it in Windows terms
     findings: list[Finding] = []
     looked = [
         f"NVML: {driver.nvml_error or 'ok'}",
@@ -126,12 +130,12 @@ def _driver_age(ctx: Context, looked: list[str]) -> list[Finding]:
     if not (ctx.cuda_build and ctx.cuda and driver.driver_version):
         return []
     try:
-        floor = compat.min_driver_for_cuda(ctx.cuda, minor_compat=True, windows=system.wsl)
         toolkit = compat.min_driver_for_cuda(ctx.cuda, windows=system.wsl)
     except UsageError:
         return []
-    if system.wsl and vtuple(ctx.cuda)[0] >= 12:
-        floor = max(floor, compat.wsl_windows_driver_min(), key=vtuple)
+    floor = minimum_driver(ctx.cuda, wsl=system.wsl)
+    if floor is None:
+        return []
     which = "Windows driver (WSL2)" if system.wsl else "driver"
     evidence = (
         f"NVIDIA {which}: {driver.driver_version} (from {driver.source})",
@@ -147,8 +151,8 @@ def _driver_age(ctx: Context, looked: list[str]) -> list[Finding]:
                 ERROR,
                 f"The NVIDIA {which} {driver.driver_version} is too old for CUDA {ctx.cuda}",
                 evidence,
-                fix="tfdist setup-gpu" if not system.wsl else "update the NVIDIA driver on Windows",
-                alternatives=older,
+                fix="tfdist setup-gpu" if not system.wsl else WSL_DRIVER_UPDATE,
+                alternatives=older + (("wsl --shutdown  # in Windows, after the driver update",) if system.wsl else ()),
                 detail=f"TensorFlow fails with 'CUDA driver version is insufficient for CUDA runtime version'. "
                 f"Install a driver >= {toolkit} (or at least {floor}), or an older TensorFlow.",
             )
@@ -161,7 +165,7 @@ def _driver_age(ctx: Context, looked: list[str]) -> list[Finding]:
                 WARNING if ptx else INFO,
                 f"Driver {driver.driver_version} runs CUDA {ctx.cuda} only through minor-version compatibility",
                 evidence + (f"CUDA {ctx.cuda} toolkit driver: >= {toolkit}",),
-                fix="tfdist setup-gpu" if ptx else None,
+                fix=(WSL_DRIVER_UPDATE if system.wsl else "tfdist setup-gpu") if ptx else None,
                 detail="PTX newer than the driver cannot be JIT-compiled under minor-version compatibility"
                 + (", and a GPU here needs PTX JIT." if ptx else "; this machine's GPUs have native code."),
             )
@@ -191,45 +195,3 @@ def check_visible_devices(ctx: Context) -> list[Finding]:
             )
         ]
     return []
-
-
-def check_wsl(ctx: Context) -> list[Finding]:
-    """WSL2 rules: the Windows driver provides libcuda; a Linux driver inside WSL breaks it (cause 13)."""
-    system = ctx.facts.system
-    if not (ctx.linux and system.wsl):
-        return []
-    findings = []
-    wsl_cuda = [lib for lib in ctx.facts.libraries.libraries if lib.path.endswith("/usr/lib/wsl/lib/libcuda.so.1")]
-    linux_cuda = [
-        lib
-        for lib in ctx.facts.libraries.libraries
-        if lib.name.startswith("libcuda.so") and lib.origin == "ld-cache" and "/usr/lib/wsl/" not in lib.path
-    ]
-    if linux_cuda:
-        findings.append(
-            Finding(
-                "wsl-linux-driver-installed",
-                ERROR,
-                "A Linux NVIDIA driver is installed inside WSL2",
-                tuple(f"{lib.name}: {lib.path}" for lib in linux_cuda),
-                fix="sudo apt-get remove --purge '^nvidia-driver-.*' '^libnvidia-.*'",
-                detail="Under WSL2 the Windows driver provides libcuda in /usr/lib/wsl/lib; "
-                "a Linux driver's copy shadows it.",
-            )
-        )
-    if not wsl_cuda and (ctx.expect_gpu or ctx.facts.driver.dev_nodes):
-        findings.append(
-            Finding(
-                "wsl-no-windows-driver",
-                ERROR,
-                "WSL2 has no GPU driver: /usr/lib/wsl/lib/libcuda.so.1 is missing",
-                (
-                    "/usr/lib/wsl/lib/libcuda.so.1: absent",
-                    f"/dev/dxg: {'present' if ctx.facts.driver.dev_nodes else 'absent'}",
-                ),
-                fix="wsl --update",
-                detail=f"Install a current NVIDIA driver on Windows (>= {compat.wsl_windows_driver_min()}), "
-                "then restart WSL with 'wsl --shutdown'.",
-            )
-        )
-    return findings

@@ -5,10 +5,13 @@ libraries, the 2.16 pip path bug, cuDNN version, torch's pin, shadowing, libcuda
 from __future__ import annotations
 
 import os
+from shlex import quote
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
+from tfdist.doctor.checks.cuda_libs import check_missing_libraries, export_ld_path, owner_of
+from tfdist.doctor.matching import conda_install_command, releases_for
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
 from tfdist.compat.versions import minor_of, vtuple
 
@@ -106,57 +109,18 @@ def check_libraries(ctx: Context) -> list[Finding]:
                     ERROR,
                     f"TensorFlow {ctx.tf_version} does not find the CUDA libraries that tensorflow[and-cuda] installed",
                     tuple(f"{so}: only in {pip_libs[so].path}" for so in in_pip.values()),
-                    fix="export LD_LIBRARY_PATH=" + ":".join(dirs) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}",
+                    fix=export_ld_path(dirs),
                     alternatives=(install_command("2.17", gpu=True),),
                     detail=compat.load_data("cuda_libs")["pip_cuda_path_broken"]["source"] + ".",
                 )
             )
             missing = {c: s for c, s in missing.items() if c not in in_pip}
-    if missing:
-        findings.append(_missing_libraries(ctx, missing))
+    findings += check_missing_libraries(ctx, missing)
     findings += _cudnn_version(ctx)
     findings += _shadowing(ctx, pip_libs)
     findings += _libcuda(ctx)
     findings += _ptxas(ctx)
     return findings
-
-
-def _missing_libraries(ctx: Context, missing: dict[str, str]) -> Finding:
-    libs = ctx.facts.libraries.libraries
-    places = "LD_LIBRARY_PATH, the ldconfig cache" + (" or site-packages/nvidia" if ctx.pip_libs_visible else "")
-    evidence = [f"{so}: not found on {places}" for so in missing.values()]
-    if "cudnn" in missing:
-        others = sorted({lib.name for lib in libs if lib.name.startswith("libcudnn.so.") and lib.name.count(".") == 2})
-        if others:
-            evidence.append(
-                f"other cuDNN majors found: {', '.join(others)}; TF {ctx.tf_version} needs cuDNN {ctx.cudnn_major}"
-            )
-    hidden = sorted(
-        {
-            os.path.dirname(lib.path)
-            for lib in libs
-            if lib.name in missing.values() and not lib.on_loader_path and not lib.origin.startswith("pip")
-        }
-    )
-    major_clash = "cudnn" in missing and len(evidence) > len(missing)
-    if hidden:
-        fix = "export LD_LIBRARY_PATH=" + ":".join(hidden) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-    elif vtuple(ctx.tf_version or "")[:2] >= (2, 14):
-        fix = f"pip install 'tensorflow[and-cuda]=={ctx.tf_version}'"
-    else:
-        build = ctx.build
-        cuda, cudnn = (build.cuda, build.cudnn) if build else (ctx.cuda, ctx.cudnn_major)
-        fix = f"install CUDA {cuda} and cuDNN {cudnn}, then add their lib64 to LD_LIBRARY_PATH"
-    return Finding(
-        "cudnn-major-mismatch" if major_clash and len(missing) == 1 else "cuda-libraries-missing",
-        ERROR,
-        f"{len(missing)} CUDA librar{'y' if len(missing) == 1 else 'ies'} TensorFlow {ctx.tf_version} opens "
-        "cannot be found: " + ", ".join(missing.values()),
-        tuple(evidence),
-        fix=fix,
-        detail="TensorFlow logs 'Could not load dynamic library ...' and 'Cannot dlopen some GPU libraries ... "
-        "Skipping registering GPU devices', then runs on the CPU.",
-    )
 
 
 def _cudnn_version(ctx: Context) -> list[Finding]:
@@ -165,16 +129,28 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
         return []
     lib = ctx.loader.get(f"libcudnn.so.{ctx.cudnn_major}")
     findings = []
-    if lib is not None and lib.version and vtuple(lib.version)[:2] < vtuple(build.cudnn)[:2]:
+    # A version known only to its major (a wheel's libcudnn.so.9 with no minor in its name) cannot be compared.
+    known = vtuple(lib.version or "") if lib is not None else ()
+    if lib is not None and len(known) >= 2 and known[:2] < vtuple(build.cudnn)[:2]:
         pin = build.and_cuda_pins.get(f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}")
         evidence = [
-            f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {lib.origin})",
+            f"{lib.name} -> {lib.path} (cuDNN {lib.version}, {owner_of(lib)})",
             f"TensorFlow {ctx.tf_version} was compiled with cuDNN {build.cudnn}",
         ]
         if tf.torch_cudnn_pin:
             evidence.append(f"torch {tf.torch} requires {tf.torch_cudnn_pin}")
         dist = f"nvidia-cudnn-cu{vtuple(ctx.cuda or '0')[0]}"
         fix = f"pip install '{dist}{pin}'" if pin and lib.origin.startswith("pip") else None
+        if fix is None and ctx.facts.conda.prefix and (lib.owner or "").startswith("conda "):
+            fix = conda_install_command(build)
+        # The other direction: the newest release compiled with a cuDNN no newer than this one.
+        cudart = next((x for x in ctx.loader.values() if x.name.startswith("libcudart.so.")), None)
+        python = ctx.facts.system.python_version
+        here = releases_for(cudart.version or ctx.cuda or "", lib.version, python) if cudart else []
+        older: tuple[str, ...] = ()
+        if here:
+            built = compat.tf_build(here[-1]).cudnn
+            older = (install_command(here[-1], gpu=lib.origin.startswith("pip")) + f"  # built with cuDNN {built}",)
         findings.append(
             Finding(
                 "cudnn-too-old",
@@ -183,9 +159,8 @@ def _cudnn_version(ctx: Context) -> list[Finding]:
                 tuple(evidence),
                 fix=fix
                 or f"remove {os.path.dirname(lib.path)} from LD_LIBRARY_PATH or upgrade cuDNN to >= {build.cudnn}",
-                alternatives=("python -m venv .venv-tf  # keep torch and TensorFlow in separate environments",)
-                if tf.torch
-                else (),
+                alternatives=older
+                + (("python -m venv .venv-tf  # keep torch and TensorFlow in separate environments",) if tf.torch else ()),
                 detail="TensorFlow lists the GPU but convolutions fail: "
                 "'Loaded runtime CuDNN library: X but source was "
                 "compiled with: Y' then 'DNN library initialization failed'.",
@@ -242,7 +217,7 @@ def _shadowing(ctx: Context, pip_libs: dict[str, object]) -> list[Finding]:
                     f"{lib.name} from LD_LIBRARY_PATH ({lib.version}) shadows the pip wheel's ({pip_lib.version})",  # type: ignore[attr-defined]
                     (f"LD_LIBRARY_PATH: {lib.path}", f"pip: {pip_lib.path}"),  # type: ignore[attr-defined]
                     fix="export LD_LIBRARY_PATH="
-                    + ":".join(p for p in ctx.facts.system.ld_library_path if p != os.path.dirname(lib.path)),
+                    + quote(":".join(p for p in ctx.facts.system.ld_library_path if p != os.path.dirname(lib.path))),
                     detail="Keep one source of CUDA libraries per environment; the pip wheels match TensorFlow's pins.",
                 )
             )
@@ -252,6 +227,8 @@ def _shadowing(ctx: Context, pip_libs: dict[str, object]) -> list[Finding]:
 def _libcuda(ctx: Context) -> list[Finding]:
     if not ctx.driver_ok or ctx.facts.libraries.ldconfig is None or "libcuda.so.1" in ctx.loader:
         return []
+    if ctx.facts.system.wsl:
+        return []  # the WSL2 check names the Windows driver's share and the WSL fix
     return [
         Finding(
             "libcuda-missing",
