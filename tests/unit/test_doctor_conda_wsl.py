@@ -17,7 +17,7 @@ from tfdist.doctor.owners import attribute_owners
 from tfdist.doctor.probe_conda import _channel, read_activation_scripts, read_packages
 from tfdist.doctor.probe_system import probe_system
 from tfdist.doctor.roots import ProbeRoots
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,8 @@ environment already has, and which packages bring the CUDA a release needs (pip 
 
 from __future__ import annotations
 
-from tfdist.doctor import compat
-from tfdist.doctor.versions import vtuple
+from tfdist.compat import tables as compat
+from tfdist.compat.versions import vtuple
 
 
 def _fits(built: str | None, found: str | None) -> bool:

@@ -8,7 +8,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import CondaFacts, Library
 from tfdist.doctor.roots import ProbeRoots
 

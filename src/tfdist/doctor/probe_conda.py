@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import ActivationScript, CondaFacts, CondaPackage
 from tfdist.doctor.roots import ProbeRoots
 

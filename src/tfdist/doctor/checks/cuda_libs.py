@@ -8,13 +8,13 @@ import os
 from dataclasses import dataclass
 from shlex import quote
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.facts import Library
 from tfdist.doctor.findings import ERROR, Finding
 from tfdist.doctor.matching import conda_install_command, releases_for
 from tfdist.doctor.recommend import install_command
-from tfdist.doctor.versions import vtuple
+from tfdist.compat.versions import vtuple
 
 _LD_APPEND = "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 

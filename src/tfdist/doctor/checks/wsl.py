@@ -4,7 +4,7 @@ installed inside the distribution. Every fix here is in those terms (NVIDIA's CU
 
 from __future__ import annotations
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, Finding
 
