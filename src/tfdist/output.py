@@ -23,7 +23,7 @@ def backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
 
 
-def check_output(path: str | os.PathLike[str], *, force: bool, flag: str = "-o") -> Path:
+def check_output(path: str | os.PathLike[str], *, force: bool, flag: str = "--output") -> Path:
     """Refuse an output that cannot or must not be written; return it as a Path.
 
     Raises:
@@ -48,7 +48,7 @@ def check_output(path: str | os.PathLike[str], *, force: bool, flag: str = "-o")
 
 
 def write_output(path: str | os.PathLike[str], text: str, *, force: bool, mode: int = 0o644,
-                 flag: str = "-o") -> Path | None:
+                 flag: str = "--output") -> Path | None:
     """Write ``text`` to ``path`` atomically with ``mode``; return where the replaced file was kept, if any.
 
     Raises:
