@@ -146,6 +146,15 @@ def _role_lines(spec: SlurmJobSpec) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _literal_note(quoted: str, *, indent: str = "") -> str:
+    """Single-quoted values are meant literally: for the line that follows, tell shellcheck that a $ or ` is not
+    meant to expand (SC2016) and that a backslash is not meant to escape a quote (SC1003)."""
+    codes = [code for code, chars in (("SC2016", "$`"), ("SC1003", "\\")) if any(c in quoted for c in chars)]
+    if not codes:
+        return ""
+    return f"{indent}# shellcheck disable={','.join(codes)}  # meant literally, unexpanded\n"
+
+
 def render_sbatch(spec: SlurmJobSpec, *, script_name: str = "job.sbatch") -> str:
     """The sbatch script for ``spec``.
 
@@ -155,6 +164,7 @@ def render_sbatch(spec: SlurmJobSpec, *, script_name: str = "job.sbatch") -> str
     """
     validate.file_name(script_name, "--output")
     command = quote.shell_words((spec.script, *spec.args))
+    python, log_dir, model_dir = (quote.shell(v) for v in (spec.python, spec.log_dir, spec.effective_model_dir))
     return _fill(_template(), {
         "version": __version__,
         "script_name": quote.shell(script_name),
@@ -164,14 +174,15 @@ def render_sbatch(spec: SlurmJobSpec, *, script_name: str = "job.sbatch") -> str
         "tasks_per_node": str(spec.tasks_per_node),
         "resource_lines": _resource_lines(spec),
         "grace": str(spec.grace_seconds),
-        "python": quote.shell(spec.python),
+        "python": python,
+        "python_note": _literal_note(python),
         "max_restarts": str(spec.max_restarts),
-        "log_dir": quote.shell(spec.log_dir),
-        "model_dir": quote.shell(spec.effective_model_dir),
+        "log_dir": log_dir,
+        "log_dir_note": _literal_note(log_dir),
+        "model_dir": model_dir,
+        "model_dir_note": _literal_note(model_dir),
         "role_lines": _role_lines(spec),
         "command": command,
-        # Arguments with $ or ` are meant literally (they are single-quoted); tell shellcheck so.
-        "literal_args_note": ("    # shellcheck disable=SC2016  # arguments are passed literally, unexpanded\n"
-                              if any(c in command for c in "$`") else ""),
+        "command_note": _literal_note(command, indent="    "),
         "restart_delay": str(spec.restart_delay_seconds),
     })
