@@ -37,7 +37,7 @@ def check_output(path: str | os.PathLike[str], *, force: bool, flag: str = "--ou
         raise UsageError(f"{flag} {shown(text)}: the folder {shown(str(folder))} does not exist",
                          hint=f"create it first (mkdir -p {folder}) or choose another {flag}",
                          reference="output-folder-missing")
-    if target.is_dir():
+    if target.is_dir() or text.endswith("/"):
         raise UsageError(f"{flag} {shown(text)} is a folder", hint="give a file name", reference="output-is-folder")
     if (target.exists() or target.is_symlink()) and not force:
         raise UsageError(f"{flag} {shown(text)} exists; it was left untouched",

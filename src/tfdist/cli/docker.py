@@ -20,16 +20,16 @@ IGNORE_MARK = "# Written by `tfdist docker`"
 @option("--gpu/--cpu", "gpu", default=None,
         help="GPU: NVIDIA CUDA base image + tensorflow[and-cuda]. CPU: slim Python image. Default: the lock's, else GPU.")
 @option("--python", help="Python X.Y of the image (default: the lock's, else 3.11).")
-@option("--lock", "lock", type=click.Path(dir_okay=False, path_type=Path),
+@option("--lock", "lock_name", metavar="PATH",
         help="Lock file from tfdist lock, inside the build context (default: requirements.lock there).")
 @option("--mirror", metavar="NAME", help="Mirror for the printed build command (--build-arg PIP_INDEX_URL=...).")
 @option("--tag", default="", help="Image name in the printed commands (default: tfdist-tf<version>-<gpu|cpu>).")
-@option("-o", "--output", default="Dockerfile", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
+@option("-o", "--output", "output_name", default="Dockerfile", show_default=True, metavar="PATH",
         help="Dockerfile to write; .dockerignore goes next to it (the build context).")
 @option("--force", is_flag=True, help="Replace an existing --output (the old one is kept as NAME.bak).")
 @option("--json", "as_json", is_flag=True, help="Print a versioned JSON summary.")
-def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | None, mirror: str | None, tag: str,
-            output: Path, force: bool, as_json: bool) -> int:
+def command(tf: str | None, gpu: bool | None, python: str | None, lock_name: str | None, mirror: str | None,
+            tag: str, output_name: str, force: bool, as_json: bool) -> int:
     """Write a Dockerfile for TensorFlow that installs the lock with --require-hashes and runs as a non-root user.
 
     GPU images start from NVIDIA's CUDA base image matching the TF build (no cuDNN: the pip wheels bring it), CPU
@@ -40,7 +40,11 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
     from tfdist.errors import UsageError
     from tfdist.output import check_output, write_output
     from tfdist.quote import shell
+    from tfdist.validate import path_text
 
+    # Plain strings, checked here: click's own Path type stats the value, and a NUL in it raises a ValueError.
+    output = Path(path_text(output_name, "--output"))
+    lock = None if lock_name is None else Path(path_text(lock_name, "--lock"))
     context = output.parent
     flavour = None if gpu is None else ("gpu" if gpu else "cpu")
     if lock is not None:
@@ -64,17 +68,20 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
     index = None
     if mirror:
         from tfdist.mirror.catalog import get_mirror
+        from tfdist.validate import one_line
+
+        one_line(mirror, "--mirror", max_length=64, allow_outer_space=False)  # a catalog name, as typed
 
         index = get_mirror(mirror).pip_index
         if not index:
             raise UsageError(f"mirror {mirror!r} has no PyPI index", hint="pick another with tfdist mirror list")
     files = render(spec, index, dockerfile=str(output), context=str(context))
     # Both files are checked before either is written, so a refusal writes nothing.
-    check_output(output, force=force)
+    check_output(output_name, force=force)
     ignore = context / ".dockerignore"
     old_ignore = _read_or_none(ignore)
     kept_ignore = old_ignore is not None and not old_ignore.startswith(IGNORE_MARK)
-    backups = [write_output(output, files.dockerfile, force=force)]
+    backups = [write_output(output_name, files.dockerfile, force=force)]
     if not kept_ignore and old_ignore != files.dockerignore:
         # Ours (it starts with the mark) may be replaced; a changed one is still kept as .dockerignore.bak.
         backups.append(write_output(ignore, files.dockerignore, force=True, flag=".dockerignore"))

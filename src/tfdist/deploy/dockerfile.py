@@ -24,8 +24,9 @@ from tfdist import quote, validate
 from tfdist.deploy.lock import DEFAULT_PYTHON, Flavour, LockInfo, load_tf_build
 from tfdist.errors import UsageError
 
-# A COPY source in shell form is split at white space and expanded ($VAR); these characters need neither.
-_COPY_PATH = re.compile(r"[A-Za-z0-9._+@=,-]+(?:/[A-Za-z0-9._+@=,-]+)*")
+# A COPY source in shell form is split at white space and expanded ($VAR), and a leading "--" makes it a flag
+# (--from=..., --chown=...): these characters need no quoting, and the first may not be a '-'.
+_COPY_PATH = re.compile(r"[A-Za-z0-9._+@=,][A-Za-z0-9._+@=,-]*(?:/[A-Za-z0-9._+@=,-]+)*")
 
 
 @dataclass(frozen=True)
