@@ -40,11 +40,13 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock_name: str
     from tfdist.errors import UsageError
     from tfdist.output import check_output, write_output
     from tfdist.quote import shell
-    from tfdist.validate import path_text
+    from tfdist.validate import one_line, path_text
 
     # Plain strings, checked here: click's own Path type stats the value, and a NUL in it raises a ValueError.
     output = Path(path_text(output_name, "--output"))
     lock = None if lock_name is None else Path(path_text(lock_name, "--lock"))
+    if mirror:
+        one_line(mirror, "--mirror", max_length=64, allow_outer_space=False)  # a catalog name, exactly as typed
     context = output.parent
     flavour = None if gpu is None else ("gpu" if gpu else "cpu")
     if lock is not None:
@@ -68,9 +70,6 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock_name: str
     index = None
     if mirror:
         from tfdist.mirror.catalog import get_mirror
-        from tfdist.validate import one_line
-
-        one_line(mirror, "--mirror", max_length=64, allow_outer_space=False)  # a catalog name, as typed
 
         index = get_mirror(mirror).pip_index
         if not index:
