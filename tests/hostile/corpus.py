@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -69,6 +70,49 @@ def run_cli(argv: list[str], folder: Path, capsys: pytest.CaptureFixture[str]) -
         os.chdir(previous)
     captured = capsys.readouterr()
     return Outcome(status, captured.out, captured.err, sorted(set(folder.rglob("*")) - before))
+
+
+@dataclass
+class Accepted:
+    """A value the generator took: what to call it in a failure, the value, and where it ran."""
+
+    what: str
+    value: str
+    folder: Path
+    outcome: Outcome
+
+
+def feed(generator: str, flag: str, base: str, argv_for: Callable[[str, str], list[str]], tmp_path: Path,
+         capsys: pytest.CaptureFixture[str], *, relative: bool = False,
+         prepare: Callable[[Path, str], None] | None = None) -> list[Accepted]:
+    """Run the generator once per hostile value of ``flag`` (each in its own folder); check every refusal, tally it,
+    and return the accepted values for the caller's round-trip checks (see :func:`confirm`)."""
+    accepted = []
+    for number, (label, value) in enumerate(values(base, relative=relative)):
+        folder = tmp_path / str(number)
+        if prepare is not None:
+            prepare(folder, value)
+        outcome = run_cli(argv_for(flag, value), folder, capsys)
+        what = f"{flag} {label}: {value[:60]!r}"
+        if outcome.status == 2:
+            assert_refused_cleanly(outcome, what)
+            TALLY.add(generator, flag, "refused")
+            continue
+        assert outcome.status == 0, (what, outcome.err)
+        accepted.append(Accepted(what, value, folder, outcome))
+    assert accepted, f"no value of {flag} was accepted: the round-trip check would never run"
+    return accepted
+
+
+def confirm(generator: str, flag: str, accepted: list[Accepted], check: Callable[[Accepted], None]) -> None:
+    """Run the round-trip ``check`` on each accepted value, naming the value in a failure, and tally it."""
+    for item in accepted:
+        try:
+            check(item)
+        except (AssertionError, ValueError, StopIteration) as failure:
+            raise AssertionError(f"{item.what}: {failure!r}") from None
+        TALLY.add(generator, flag, "round-trip")
+    TALLY.dump()
 
 
 def assert_refused_cleanly(outcome: Outcome, what: str) -> None:

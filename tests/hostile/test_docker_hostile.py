@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.corpus import TALLY, assert_refused_cleanly, distinct, run_cli, tool, values
+from tests.hostile.corpus import confirm, distinct, feed, tool
 from tfdist.deploy.lock import LockSpec, render_header
 from tfdist.mirror.catalog import get_mirror
 
@@ -88,27 +88,11 @@ def write_lock(folder: Path, name: str) -> None:
 @pytest.mark.parametrize("flag", FLAGS)
 def test_each_value_round_trips_or_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     base, relative = FLAGS[flag]
-    accepted = []
-    for number, (label, value) in enumerate(values(base, relative=relative)):
-        folder = tmp_path / str(number)
-        if flag == "--lock":
-            write_lock(folder, value)
-        outcome = run_cli(argv_for(flag, value), folder, capsys)
-        what = f"{flag} {label}: {value[:60]!r}"
-        if outcome.status == 2:
-            assert_refused_cleanly(outcome, what)
-            TALLY.add("docker", flag, "refused")
-            continue
-        assert outcome.status == 0, (what, outcome.err)
-        dockerfile = folder / (value if flag == "--output" else "Dockerfile")
-        try:
-            check_round_trip(flag, value, dockerfile, outcome.out)
-        except (AssertionError, ValueError, StopIteration) as failure:
-            raise AssertionError(f"{what}: {failure!r}") from None
-        accepted.append(dockerfile)
-        TALLY.add("docker", flag, "round-trip")
-    assert accepted, f"no value of {flag} was accepted: the round-trip check would never run"
+    accepted = feed("docker", flag, base, argv_for, tmp_path, capsys, relative=relative,
+                    prepare=write_lock if flag == "--lock" else None)
+    dockerfiles = [item.folder / (item.value if flag == "--output" else "Dockerfile") for item in accepted]
+    confirm("docker", flag, accepted, lambda item: check_round_trip(
+        flag, item.value, item.folder / (item.value if flag == "--output" else "Dockerfile"), item.outcome.out))
     lint = subprocess.run([tool("hadolint"), "--failure-threshold", "info", "--no-color",
-                           *map(str, distinct(accepted))], capture_output=True, text=True, timeout=300)
+                           *map(str, distinct(dockerfiles))], capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout[-3000:] + lint.stderr[-1000:]
-    TALLY.dump()

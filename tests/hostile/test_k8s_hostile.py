@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.hostile.corpus import TALLY, assert_refused_cleanly, distinct, run_cli, values
+from tests.hostile.corpus import confirm, distinct, feed
 
 KUBERNETES = kubernetes_validate.latest_version()
 BASE = {"--name": "digits", "--image": "registry.example/digits:1", "--workers": "2", "--kind": "indexed-job",
@@ -71,25 +71,10 @@ def check_round_trip(flag: str, value: str, path: Path) -> None:
 @pytest.mark.parametrize("flag", FLAGS)
 def test_each_value_round_trips_or_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     base, relative = FLAGS[flag]
-    accepted = []
-    for number, (label, value) in enumerate(values(base, relative=relative)):
-        folder = tmp_path / str(number)
-        outcome = run_cli(argv_for(flag, value), folder, capsys)
-        what = f"{flag} {label}: {value[:60]!r}"
-        if outcome.status == 2:
-            assert_refused_cleanly(outcome, what)
-            TALLY.add("k8s", flag, "refused")
-            continue
-        assert outcome.status == 0, (what, outcome.err)
-        path = folder / (value if flag == "--output" else "job.yaml")
-        try:
-            check_round_trip(flag, value, path)
-        except (AssertionError, ValueError) as failure:
-            raise AssertionError(f"{what}: {failure!r}") from None
-        accepted.append(path)
-        TALLY.add("k8s", flag, "round-trip")
-    assert accepted, f"no value of {flag} was accepted: the round-trip check would never run"
-    for path in distinct(accepted):
+    accepted = feed("k8s", flag, base, argv_for, tmp_path, capsys, relative=relative)
+    paths = [item.folder / (item.value if flag == "--output" else "job.yaml") for item in accepted]
+    confirm("k8s", flag, accepted, lambda item: check_round_trip(
+        flag, item.value, item.folder / (item.value if flag == "--output" else "job.yaml")))
+    for path in distinct(paths):
         for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             kubernetes_validate.validate(document, KUBERNETES, strict=True)
-    TALLY.dump()

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.corpus import (TALLY, assert_not_pwned, assert_refused_cleanly, assert_shellcheck_clean, run_cli,
-                                  values)
+from tests.hostile.corpus import assert_not_pwned, assert_shellcheck_clean, confirm, feed
 from tests.integration.test_setup_gpu_script import Machine, changes
 
 # flag -> (valid base value, whether the value is a path the tool creates)
@@ -48,24 +47,10 @@ def check_round_trip(flag: str, value: str, script: Path, machine: Machine) -> N
 @pytest.mark.parametrize("flag", FLAGS)
 def test_each_value_round_trips_or_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     base, relative = FLAGS[flag]
-    accepted = []
-    for number, (label, value) in enumerate(values(base, relative=relative)):
-        folder = tmp_path / str(number)
-        outcome = run_cli(argv_for(flag, value), folder, capsys)
-        what = f"{flag} {label}: {value[:60]!r}"
-        if outcome.status == 2:
-            assert_refused_cleanly(outcome, what)
-            TALLY.add("setup-gpu", flag, "refused")
-            continue
-        assert outcome.status == 0, (what, outcome.err)
-        script = folder / (value if flag == "--output" else "setup_gpu.sh")
-        try:
-            check_round_trip(flag, value, script, Machine(folder / "machine", "debian12"))
-        except (AssertionError, StopIteration, ValueError) as failure:
-            raise AssertionError(f"{what}: {failure!r}") from None
-        assert_not_pwned(tmp_path, what)
-        accepted.append(script)
-        TALLY.add("setup-gpu", flag, "round-trip")
-    assert accepted, f"no value of {flag} was accepted: the round-trip check would never run"
-    assert_shellcheck_clean(accepted)
-    TALLY.dump()
+    accepted = feed("setup-gpu", flag, base, argv_for, tmp_path, capsys, relative=relative)
+    scripts = [item.folder / (item.value if flag == "--output" else "setup_gpu.sh") for item in accepted]
+    confirm("setup-gpu", flag, accepted, lambda item: check_round_trip(
+        flag, item.value, item.folder / (item.value if flag == "--output" else "setup_gpu.sh"),
+        Machine(item.folder / "machine", "debian12")))
+    assert_not_pwned(tmp_path, flag)
+    assert_shellcheck_clean(scripts)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.corpus import (TALLY, assert_not_pwned, assert_refused_cleanly, assert_shellcheck_clean, run_cli,
-                                  values)
+from tests.hostile.corpus import assert_not_pwned, assert_shellcheck_clean, confirm, feed
 
 # One bash runs every accepted script, each sourced in its own subshell (a fork, not a new bash), with srun as a
 # recording function: as fast as one process, and each script still runs exactly as sbatch's bash would run it.
@@ -127,25 +126,10 @@ def check_round_trip(flag: str, value: str, script: Path) -> None:
 @pytest.mark.parametrize("flag", FLAGS)
 def test_each_value_round_trips_or_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     base, relative = FLAGS[flag]
-    accepted = []
-    for number, (label, value) in enumerate(values(base, relative=relative)):
-        folder = tmp_path / str(number)
-        outcome = run_cli(argv_for(flag, value), folder, capsys)
-        what = f"{flag} {label}: {value[:60]!r}"
-        if outcome.status == 2:
-            assert_refused_cleanly(outcome, what)
-            TALLY.add("slurm", flag, "refused")
-            continue
-        assert outcome.status == 0, (what, outcome.err)
-        accepted.append((what, value, folder / (value if flag == "--output" else "job.sbatch")))
-    assert accepted, f"no value of {flag} was accepted: the round-trip check would never run"
-    run_scripts([script for _, _, script in accepted])
+    accepted = feed("slurm", flag, base, argv_for, tmp_path, capsys, relative=relative)
+    scripts = [item.folder / (item.value if flag == "--output" else "job.sbatch") for item in accepted]
+    run_scripts(scripts)
     assert_not_pwned(tmp_path, flag)
-    for what, value, script in accepted:
-        try:
-            check_round_trip(flag, value, script)
-        except AssertionError as failure:
-            raise AssertionError(f"{what}: {failure}") from None
-        TALLY.add("slurm", flag, "round-trip")
-    assert_shellcheck_clean([script for _, _, script in accepted])
-    TALLY.dump()
+    confirm("slurm", flag, accepted, lambda item: check_round_trip(
+        flag, item.value, item.folder / (item.value if flag == "--output" else "job.sbatch")))
+    assert_shellcheck_clean(scripts)
