@@ -8,6 +8,7 @@ With ``force``, an existing file is first kept as ``NAME.bak`` (replacing an old
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,7 +36,7 @@ def check_output(path: str | os.PathLike[str], *, force: bool, flag: str = "--ou
     folder = target.parent
     if not folder.is_dir():
         raise UsageError(f"{flag} {shown(text)}: the folder {shown(str(folder))} does not exist",
-                         hint=f"create it first (mkdir -p {folder}) or choose another {flag}",
+                         hint=f"create it first (mkdir -p -- {shlex.quote(str(folder))}) or choose another {flag}",
                          reference="output-folder-missing")
     if target.is_dir() or text.endswith("/"):
         raise UsageError(f"{flag} {shown(text)} is a folder", hint="give a file name", reference="output-is-folder")
