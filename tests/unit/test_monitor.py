@@ -69,6 +69,9 @@ def test_k8s_discovers_pods_by_selector_and_port_name() -> None:
     ({"launcher_port": 70000}, "--launcher-port"),
     ({"target": "slurm"}, "--target slurm"),
     ({"target": "k8s", "selector": "a b"}, "--selector"),
+    ({"job": "mnist\n"}, "--job"),  # "$" anchors used to accept a trailing newline
+    ({"interval": "15s\n"}, "--interval"),
+    ({"target": "k8s", "selector": "a=b\n"}, "--selector"),
 ])
 def test_bad_specs_name_the_flag(changes: dict, flag: str) -> None:
     spec = monitor.ScrapeSpec(**{"target": "local", **changes})

@@ -27,10 +27,11 @@ import yaml
 from tfdist.errors import UsageError
 
 TARGETS = ("local", "slurm", "k8s")
-_DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+# Full matches only (re.fullmatch): "$" would also accept a trailing newline.
+_DURATION = re.compile(r"[0-9]+(ms|s|m|h)")
 _REQUIREMENT = r"!?[A-Za-z0-9./_-]+((=|==|!=)[A-Za-z0-9._-]*)?"  # key, !key, key=value, key!=value
-_LABEL_SELECTOR = re.compile(rf"^{_REQUIREMENT}(,{_REQUIREMENT})*$")
-_JOB = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_LABEL_SELECTOR = re.compile(rf"{_REQUIREMENT}(,{_REQUIREMENT})*")
+_JOB = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,10 @@ class ScrapeSpec:
         """Raise :class:`UsageError` naming the flag that is wrong."""
         if self.target not in TARGETS:
             raise UsageError(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
-        if not _JOB.match(self.job):
+        if not _JOB.fullmatch(self.job):
             raise UsageError(f"--job {self.job!r} has characters a Prometheus job name cannot carry",
                              hint="use letters, digits, '-', '_' or '.'")
-        if not _DURATION.match(self.interval):
+        if not _DURATION.fullmatch(self.interval):
             raise UsageError(f"--interval {self.interval!r} is not a Prometheus duration", hint="e.g. 15s or 1m")
         if self.tasks < 1:
             raise UsageError(f"--tasks must be at least 1, not {self.tasks}")
@@ -84,7 +85,7 @@ class ScrapeSpec:
         if self.target == "slurm" and not self.nodes:
             raise UsageError("--target slurm needs the job's nodes",
                              hint="pass --nodes 'node[1-4]' or run inside the allocation (SLURM_JOB_NODELIST)")
-        if self.selector and not _LABEL_SELECTOR.match(self.selector):
+        if self.selector and not _LABEL_SELECTOR.fullmatch(self.selector):
             raise UsageError(f"--selector {self.selector!r} is not a Kubernetes label selector",
                              hint="e.g. tfdist.io/job=mnist")
 
