@@ -170,7 +170,8 @@ def restore_command(tool: str | None, dry_run: bool, as_json: bool) -> int:
     actions = BackupStore(_paths(None)).restore(parse_tools(tool), dry_run=dry_run)
     if as_json:
         emit_json("mirror.restore", {"dry_run": dry_run, "files": [
-            {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note} for a in actions]})
+            {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note, "kept": a.kept}
+            for a in actions]})
     else:
         print_restore(actions, dry_run=dry_run)
     return ExitStatus.SUCCESS
@@ -208,9 +209,11 @@ def env_command(name: str, dockerfile: bool, url: tuple[str, ...], allow_insecur
     mirror = get_mirror(name, parse_adhoc(url, allow_insecure=allow_insecure))
     env = mirror_environment(mirror)
     if as_json:
-        emit_json("mirror.env", {"mirror": mirror.name, "environment": env})
+        from tfdist.mirror.urls import mask_data
+
+        emit_json("mirror.env", {"mirror": mirror.name, "environment": mask_data(env)})
     elif dockerfile:
         sys.stdout.write(dockerfile_snippet(mirror, env))
     else:
-        sys.stdout.write(f"# {mirror.title}\n" + shell_lines(env))
+        sys.stdout.write(shell_lines(env, mirror.title))
     return ExitStatus.SUCCESS

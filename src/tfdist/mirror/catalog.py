@@ -11,12 +11,11 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
-
 from tfdist.errors import UsageError
+from tfdist.mirror.urls import check_url
 
 OFFICIAL = "official"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 
 
 @dataclass(frozen=True)
@@ -153,27 +152,6 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
     )
 
 
-def check_url(url: str, *, allow_insecure: bool = False, what: str = "mirror URL") -> str:
-    """Validate an index URL: absolute http(s) with a host; https unless ``allow_insecure``.
-
-    Returns:
-        The URL without a trailing slash.
-
-    Raises:
-        UsageError: the URL is malformed, or plain http without ``allow_insecure``.
-    """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{what} {url!r} is not an http(s) URL", hint="give e.g. https://host/simple")
-    if parts.scheme == "http" and not allow_insecure:
-        raise UsageError(
-            f"{what} {url!r} uses plain http",
-            hint="use https, or pass --allow-insecure if you accept unauthenticated downloads",
-            reference="mirror-insecure-url",
-        )
-    return url.strip().rstrip("/")
-
-
 def parse_adhoc(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = False) -> dict[str, Mirror]:
     """Turn ``NAME=URL`` strings (from ``--url``) into ad-hoc pip/uv mirrors.
 
@@ -184,14 +162,14 @@ def parse_adhoc(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = Fa
     result: dict[str, Mirror] = {}
     for spec in specs:
         name, sep, url = spec.partition("=")
-        name = name.strip().lower()
-        if not sep or not url.strip():
+        name = name.lower()
+        if not sep or not url:
             raise UsageError(f"--url {spec!r} is not NAME=URL", hint="e.g. --url corp=https://pypi.corp/simple")
-        if not _NAME.match(name):
-            raise UsageError(f"mirror name {name!r} is invalid", hint="use lowercase letters, digits, '-', '_', '.'")
+        if not _NAME.fullmatch(name):
+            raise UsageError(f"--url: mirror name {name!r} is invalid", hint="use lowercase letters, digits, '-', '_', '.'")
         if name in catalog_names or name in result:
             raise UsageError(f"mirror name {name!r} is already taken", hint="pick another name for --url")
-        clean = check_url(url, allow_insecure=allow_insecure)
+        clean = check_url(url, allow_insecure=allow_insecure, what="--url")
         result[name] = Mirror(name=name, title=clean, pip_index=clean, adhoc=True)
     return result
 

@@ -2,10 +2,12 @@
 where editing per-user config files is the wrong tool."""
 from __future__ import annotations
 
+import json
 import shlex
-from urllib.parse import urlsplit
 
+from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
+from tfdist.mirror.urls import trusted_host
 
 
 def mirror_environment(mirror: Mirror) -> dict[str, str]:
@@ -20,9 +22,8 @@ def mirror_environment(mirror: Mirror) -> dict[str, str]:
     if mirror.pip_index:
         env["PIP_INDEX_URL"] = mirror.pip_index
         env["UV_DEFAULT_INDEX"] = mirror.pip_index
-        parts = urlsplit(mirror.pip_index)
-        if parts.scheme == "http" and parts.hostname:
-            host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        host = trusted_host(mirror.pip_index)
+        if host:
             env["PIP_TRUSTED_HOST"] = host
             env["UV_INSECURE_HOST"] = host
     if mirror.conda_default_channels:
@@ -30,15 +31,32 @@ def mirror_environment(mirror: Mirror) -> dict[str, str]:
     return env
 
 
-def shell_lines(env: dict[str, str]) -> str:
-    """``export NAME=value`` lines, quoted for POSIX shells."""
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+def comment_line(text: str) -> str:
+    """A ``#`` comment that stays one line: control characters (newline, CR, ...) are shown escaped, never kept."""
+    visible = json.dumps(text, ensure_ascii=False)[1:-1]  # escapes \n, \r, \t and every other control character
+    return f"# {visible}\n"
+
+
+def shell_lines(env: dict[str, str], title: str | None = None) -> str:
+    """``export NAME=value`` lines (every value quoted for POSIX shells), after an optional one-line comment."""
+    head = comment_line(title) if title is not None else ""
+    return head + "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+
+
+def _dockerfile_value(value: str) -> str:
+    """A double-quoted Dockerfile word: backslash, quote and ``$`` (variable expansion) escaped; no line breaks."""
+    if any(c in value for c in "\r\n") or any(ord(c) < 0x20 for c in value):
+        raise UsageError("a mirror value contains a line break or control character",
+                         hint="give a URL without them", reference="mirror-url-invalid")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
 
 
 def dockerfile_snippet(mirror: Mirror, env: dict[str, str]) -> str:
     """A Dockerfile ``ENV`` instruction setting ``env`` (one instruction, one layer)."""
     if not env:
-        return f"# {mirror.name}: nothing to set\n"
-    items = [f'{name}="{value}"' for name, value in env.items()]
+        return comment_line(f"{mirror.name}: nothing to set")
+    items = [f"{name}={_dockerfile_value(value)}" for name, value in env.items()]
     body = " \\\n    ".join(items)
-    return f"# Package mirror: {mirror.title} (tfdist mirror env {mirror.name} --dockerfile)\nENV {body}\n"
+    return comment_line(f"Package mirror: {mirror.title} (tfdist mirror env {mirror.name} --dockerfile)") + \
+        f"ENV {body}\n"

@@ -11,9 +11,8 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
-
 from tfdist.errors import ConfigFileError
+from tfdist.mirror.urls import trusted_host
 
 _SECTION = re.compile(r"\[(?P<header>.+)\]")  # configparser.RawConfigParser.SECTCRE
 _OPTION = re.compile(r"(?P<option>.*?)\s*(?P<vi>[=:])\s*(?P<value>.*)$")  # configparser.OPTCRE, anchored
@@ -116,11 +115,10 @@ def set_index(text: str, url: str, path: Path) -> PipEdit:
             notes.append(f"[{section}] index-url in {path} overrides [global] for 'pip {section}'")
     lines = _classify(text) if text else []
     lines = _set_option(lines, "index-url", url)
-    parts = urlsplit(url)
-    if parts.scheme == "http" and parts.hostname:
+    host = trusted_host(url)
+    if host:
         trusted = values.get("global", {}).get("trusted-host", "")
         hosts = trusted.split()
-        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
         if host not in hosts:
             lines = _set_option(lines, "trusted-host", " ".join([*hosts, host]))
             notes.append(f"added {host} to trusted-host because the index uses plain http")

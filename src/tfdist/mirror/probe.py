@@ -8,6 +8,7 @@ still running at the deadline is judged on what it managed so far.
 """
 from __future__ import annotations
 
+import base64
 import http.client
 import socket
 import ssl
@@ -21,6 +22,7 @@ from typing import Callable, Sequence
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from tfdist import __version__
+from tfdist.mirror.urls import split_credentials
 
 CHUNK = 64 * 1024
 PAGE_LIMIT = 16 * 1024 * 1024
@@ -105,7 +107,22 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         if not self.allow_insecure and urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
             raise urllib.error.URLError(f"refused redirect from https to {urlsplit(newurl).scheme}")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")  # credentials go to the index's own origin only
+        return new
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.rsplit("@", 1)[-1].lower()
+
+
+def _basic_auth(credentials: tuple[str, str] | None) -> dict[str, str]:
+    if credentials is None:
+        return {}
+    token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode("utf-8")).decode("ascii")
+    return {"Authorization": f"Basic {token}"}
 
 
 class _Probe:
@@ -191,13 +208,20 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
     handlers: list[urllib.request.BaseHandler] = [_Redirects(config.allow_insecure)]
     handlers.append(urllib.request.HTTPSHandler(context=context))
     opener = urllib.request.build_opener(*handlers)
-    headers = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+    # urllib cannot connect to user:password@host; send the credentials as basic auth, as pip does, and only to
+    # the index's own origin.
+    index_url, credentials = split_credentials(target.index_url)
+    plain = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+
+    def headers_for(url: str) -> dict[str, str]:
+        return {**plain, **(_basic_auth(credentials) if _origin(url) == _origin(index_url) else {})}
 
     def remaining() -> float:
         return max(0.05, deadline - time.monotonic())
 
     try:
-        page_url = f"{target.index_url.rstrip('/')}/{config.project}/"
+        page_url = f"{index_url.rstrip('/')}/{config.project}/"
+        headers = headers_for(page_url)
         started = time.monotonic()
         with opener.open(urllib.request.Request(page_url, headers=headers), timeout=remaining()) as response:
             state.update(ttfb_s=time.monotonic() - started, phase="index")
@@ -208,6 +232,7 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
             state.update(status="partial", error=f"no wheel of {config.project!r} on the index page", phase="done")
             return
         state.update(file_url=file_url)
+        headers = headers_for(file_url)
         if config.check_metadata and has_metadata:
             state.update(phase="metadata")
             try:

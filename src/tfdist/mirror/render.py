@@ -1,4 +1,8 @@
-"""Human output of ``tfdist mirror`` (rich tables) and the plain data behind ``--json``."""
+"""Human output of ``tfdist mirror`` (rich tables) and the plain data behind ``--json``.
+
+Every string shown or emitted goes through :func:`~tfdist.mirror.urls.mask_secrets`, so an index password never
+reaches a terminal, a log or a JSON consumer.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -8,12 +12,27 @@ from tfdist.mirror.catalog import Mirror
 from tfdist.mirror.probe import ProbeResult
 from tfdist.mirror.status import ToolStatus
 from tfdist.mirror.switch import SwitchResult
+from tfdist.mirror.urls import mask_data, mask_secrets
+
+
+class _MaskingConsole:
+    """A rich console whose printed strings and table cells are masked."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(highlight=False, soft_wrap=True)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console.print(*[mask_secrets(o) if isinstance(o, str) else o for o in objects], **kwargs)
 
 
 def _console() -> Any:
-    from rich.console import Console
+    return _MaskingConsole()
 
-    return Console(highlight=False, soft_wrap=True)
+
+def _row(table: Any, *cells: str) -> None:
+    table.add_row(*[mask_secrets(c) for c in cells])
 
 
 def _speed(bps: float | None) -> str:
@@ -28,7 +47,7 @@ def _ms(seconds: float | None) -> str:
 
 def mirror_rows(mirrors: Sequence[Mirror]) -> list[dict[str, Any]]:
     """Plain data for ``mirror list --json``."""
-    return [
+    return mask_data([
         {
             "name": m.name, "title": m.title, "pip_index": m.pip_index,
             "conda_default_channels": list(m.conda_default_channels),
@@ -36,7 +55,7 @@ def mirror_rows(mirrors: Sequence[Mirror]) -> list[dict[str, Any]]:
             "sources": list(m.sources), "adhoc": m.adhoc,
         }
         for m in mirrors
-    ]
+    ])  # type: ignore[return-value]
 
 
 def print_list(mirrors: Sequence[Mirror]) -> None:
@@ -51,20 +70,20 @@ def print_list(mirrors: Sequence[Mirror]) -> None:
         if m.conda_default_channels:
             conda.append("defaults")
         conda += list(m.conda_custom_channels)
-        table.add_row(m.name, m.title, m.pip_index or "-", ", ".join(conda) or "-", "\n".join(m.notes))
+        _row(table, m.name, m.title, m.pip_index or "-", ", ".join(conda) or "-", "\n".join(m.notes))
     _console().print(table)
 
 
 def result_rows(results: Sequence[ProbeResult]) -> list[dict[str, Any]]:
     """Plain data for ``mirror test --json``."""
-    return [
+    return mask_data([
         {
             "rank": i + 1 if r.usable else None, "name": r.name, "index_url": r.index_url, "status": r.status,
             "ttfb_s": r.ttfb_s, "throughput_bytes_per_s": r.throughput_bps, "downloaded_bytes": r.downloaded,
             "estimate_s": r.estimate_s, "file_url": r.file_url, "error": r.error, "warnings": list(r.warnings),
         }
         for i, r in enumerate(results)
-    ]
+    ])  # type: ignore[return-value]
 
 
 def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool) -> Any:
@@ -78,7 +97,7 @@ def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool) -
     for i, r in enumerate(results):
         status = r.status if r.status != "pending" else r.phase
         note = r.error or "; ".join(r.warnings)
-        table.add_row(str(i + 1) if ranked and r.usable else "", r.name,
+        _row(table, str(i + 1) if ranked and r.usable else "", r.name,
                       f"[{styles.get(r.status, 'white')}]{status}[/]", _ms(r.ttfb_s), _speed(r.throughput_bps), note)
     return table
 
@@ -116,7 +135,7 @@ class LiveProgress:
 
 def switch_data(result: SwitchResult) -> dict[str, Any]:
     """Plain data for ``mirror use --json``."""
-    return {
+    return mask_data({  # type: ignore[return-value]
         "mirror": result.mirror.name, "index": result.mirror.pip_index, "applied": result.applied,
         "changes": [
             {"tool": c.tool, "scope": c.scope, "path": str(c.file.path), "created": not c.file.exists,
@@ -125,7 +144,7 @@ def switch_data(result: SwitchResult) -> dict[str, Any]:
         ],
         "skipped": [{"tool": s.tool, "reason": s.reason} for s in result.skipped],
         "followups": list(result.followups),
-    }
+    })
 
 
 def print_switch(result: SwitchResult, *, dry_run: bool) -> None:
@@ -154,14 +173,14 @@ def print_switch(result: SwitchResult, *, dry_run: bool) -> None:
 
 def status_data(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Plain data for ``mirror status --json``."""
-    return {
+    return mask_data({  # type: ignore[return-value]
         "tools": [
             {"tool": s.tool, "index": s.index, "mirror": s.mirror, "source": s.source, "problems": list(s.problems),
              **({"details": s.details} if s.details else {})}
             for s in statuses
         ],
         "backups": list(backups),
-    }
+    })
 
 
 def print_status(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any]]) -> None:
@@ -172,7 +191,7 @@ def print_status(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any
     for column in ("tool", "mirror", "index / first channel", "from"):
         table.add_column(column, overflow="fold")
     for s in statuses:
-        table.add_row(s.tool, s.mirror or "(other)", s.index or "-", s.source)
+        _row(table, s.tool, s.mirror or "(other)", s.index or "-", s.source)
     console = _console()
     console.print(table)
     for s in statuses:

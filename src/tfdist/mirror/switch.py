@@ -10,12 +10,13 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfdist.errors import UsageError
+from tfdist.errors import ConfigFileError, UsageError
 from tfdist.mirror import condarc, pipconf, uvconf
 from tfdist.mirror.backup import BackupStore
 from tfdist.mirror.catalog import Mirror
-from tfdist.mirror.fileio import TextFile, atomic_write, check_writable, read_text_file
+from tfdist.mirror.fileio import TextFile, atomic_write, check_writable, read_current, read_text_file
 from tfdist.mirror.paths import ConfigPaths, Scope, Tool
+from tfdist.mirror.urls import has_credentials
 
 
 @dataclass(frozen=True)
@@ -152,17 +153,35 @@ def _plan_one(tool: Tool, scope: Scope, path: Path, mirror: Mirror) -> Change:
 def apply(result: SwitchResult, paths: ConfigPaths) -> SwitchResult:
     """Back up and atomically write every changed file, then clear conda's index cache when conda is used.
 
+    Holds tfdist's state lock throughout. Before the first write, every file is read again: if any changed since
+    :func:`plan` read it, nothing is written. Owner, group and mode are kept; a file that will hold a credential
+    (an index URL with a password) is written 0600.
+
     Raises:
-        ConfigFileError: a write failed (files already written stay backed up and can be restored).
+        ConfigFileError: a file changed since the plan, or a write failed (files already written stay backed up
+            and can be restored).
     """
     store = BackupStore(paths)
     followups: list[str] = []
-    for change in result.changes:
-        if not change.changed:
-            continue
-        store.record_before_write(change.file.real, change.file.raw, change.file.mode, change.tool, change.scope)
-        atomic_write(change.file.real, change.after, mode=change.file.mode)
-        store.record_written(change.file.real, change.after)
+    secret = has_credentials(result.mirror.pip_index)
+    with store.locked():
+        for change in result.changes:
+            if change.changed and read_current(change.file.real) != change.file.raw:
+                raise ConfigFileError(
+                    f"{change.file.path}: changed on disk while tfdist was preparing its edit; nothing was written",
+                    hint="run the command again", reference="mirror-config-changed-meanwhile")
+        for change in result.changes:
+            if not change.changed:
+                continue
+            file = change.file
+            owner = (file.uid, file.gid) if file.uid is not None and file.gid is not None else None
+            mode = file.mode
+            if secret and change.tool in ("pip", "uv"):
+                mode = 0o600  # the file now holds a password
+            store.record_before_write(file.real, file.raw, file.mode, change.tool, change.scope,
+                                      owner=(file.uid, file.gid))
+            atomic_write(file.real, change.after, mode=mode, owner=owner)
+            store.record_written(file.real, change.after)
     if any(c.tool == "conda" and c.changed for c in result.changes):
         followups.append(clean_conda_index())
     return SwitchResult(mirror=result.mirror, changes=result.changes, skipped=result.skipped, applied=True,
