@@ -68,7 +68,9 @@ def test_use_status_restore_round_trip(capsys: pytest.CaptureFixture[str], isola
     assert any("conda clean -i" in line for line in document["followups"])
     rc, out, _ = run(capsys, "status", "--json")
     status = {t["tool"]: t for t in json.loads(out)["tools"]}
-    assert status["pip"]["mirror"] == "aliyun" and status["pip"]["source"] == str(pip_conf)
+    assert json.loads(out)["schema_version"] == 2
+    assert status["pip"]["mirror"] == "aliyun" and status["pip"]["source"] == f"{pip_conf}:4 [global]"
+    assert [c["command"] for c in status["pip"]["commands"]] == ["install", "download", "wheel", "index"]
     assert status["uv"]["mirror"] == "aliyun" and status["conda"]["mirror"] == "aliyun"
     assert len(json.loads(out)["backups"]) == 3
     rc, out, _ = run(capsys, "restore", "--tool", "pip")

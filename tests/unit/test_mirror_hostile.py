@@ -71,7 +71,7 @@ def pip_reads(pip_conf: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 @pytest.mark.parametrize("value", HOSTILE_URLS, ids=range(len(HOSTILE_URLS)))
 def test_use_url_is_refused_or_round_trips(value: str, isolated_home: Path, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    rc = main(["mirror", "use", "x", "--url", f"x={value}", "--tool", "pip,uv", "--allow-insecure"])
+    rc = main(["mirror", "use", "x", "--url", f"x={value}", "--tool", "pip,uv", "--allow-insecure", "--no-verify"])
     out, err = capsys.readouterr()
     pip_conf = isolated_home / ".config" / "pip" / "pip.conf"
     uv_toml = isolated_home / ".config" / "uv" / "uv.toml"

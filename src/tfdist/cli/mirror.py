@@ -116,16 +116,17 @@ def test_command(only: str | None, url: tuple[str, ...], timeout: float, allow_i
 @option("--timeout", type=float, default=5.0, show_default=True, help="With 'fastest': seconds for the probe.")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--root", type=click.Path(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
+@option("--no-verify", is_flag=True, help="Do not ask pip, uv and conda themselves afterwards which index they use.")
 @option("--json", "as_json", is_flag=True, help="Print what was (or would be) changed as versioned JSON.")
 def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tuple[str, ...], only: str | None,
-                timeout: float, allow_insecure: bool, root: str | None, as_json: bool) -> int:
+                timeout: float, allow_insecure: bool, root: str | None, no_verify: bool, as_json: bool) -> int:
     """Switch pip, uv and conda to mirror NAME (or the fastest one), backing up every file first."""
     from tfdist.errors import TfdistError
     from tfdist.mirror.catalog import check_url, get_mirror, parse_adhoc
     from tfdist.mirror.paths import parse_tools
     from tfdist.mirror.probe import fastest
     from tfdist.mirror.render import print_results, print_switch, result_rows, switch_data
-    from tfdist.mirror.switch import SwitchRequest, apply, plan
+    from tfdist.mirror.switch import SwitchRequest, apply, plan, verify
 
     paths = _paths(root)
     wanted_tools = parse_tools(tool)
@@ -149,12 +150,18 @@ def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tup
     result = plan(request, paths)
     if not dry_run:
         result = apply(result, paths)
+        if root:  # files for another root (an image being built): this machine's tools cannot read them
+            from dataclasses import replace
+
+            result = replace(result, unverified=(f"--root {root}: the tools here do not read those files",))
+        elif not no_verify:
+            result = verify(result, paths)
     if as_json:
         extra = {"probe": probe_rows} if probe_rows is not None else {}
         emit_json("mirror.use", {"dry_run": dry_run, **switch_data(result), **extra})
     else:
         print_switch(result, dry_run=dry_run)
-    return ExitStatus.SUCCESS
+    return ExitStatus.SUCCESS if result.took_effect else ExitStatus.ERROR
 
 
 @command.command(name="restore")
@@ -189,7 +196,9 @@ def status_command(as_json: bool) -> int:
     statuses = all_status(paths)
     backups = [e.__dict__ for e in BackupStore(paths).entries().values()]
     if as_json:
-        emit_json("mirror.status", status_data(statuses, backups))
+        from tfdist.mirror.render import STATUS_SCHEMA_VERSION
+
+        emit_json("mirror.status", status_data(statuses, backups), version=STATUS_SCHEMA_VERSION)
     else:
         print_status(statuses, backups)
     return ExitStatus.SUCCESS

@@ -7,27 +7,22 @@ import shlex
 
 from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
-from tfdist.mirror.urls import trusted_host
 
 
 def mirror_environment(mirror: Mirror) -> dict[str, str]:
-    """Return the variables (in a stable order) that make pip and uv use ``mirror``'s index.
+    """Return the variables (in a stable order) that make pip, uv and conda use ``mirror``; each tool's variables
+    come from its recipe.
 
     ``PIP_TRUSTED_HOST`` and ``UV_INSECURE_HOST`` are only added for a plain-http index (given with
     ``--allow-insecure``); certificate checks are never turned off for https.
     Conda takes channels from ``.condarc`` (its maps cannot be set from the environment), so only
     ``CONDA_DEFAULT_CHANNELS`` is given when the mirror carries the default channels.
     """
+    from tfdist.mirror.recipes import RECIPES
+
     env: dict[str, str] = {}
-    if mirror.pip_index:
-        env["PIP_INDEX_URL"] = mirror.pip_index
-        env["UV_DEFAULT_INDEX"] = mirror.pip_index
-        host = trusted_host(mirror.pip_index)
-        if host:
-            env["PIP_TRUSTED_HOST"] = host
-            env["UV_INSECURE_HOST"] = host
-    if mirror.conda_default_channels:
-        env["CONDA_DEFAULT_CHANNELS"] = ",".join(mirror.conda_default_channels)
+    for recipe in RECIPES.values():
+        env.update(recipe.environment(mirror))
     return env
 
 

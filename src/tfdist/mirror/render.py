@@ -144,6 +144,12 @@ def switch_data(result: SwitchResult) -> dict[str, Any]:
         ],
         "skipped": [{"tool": s.tool, "reason": s.reason} for s in result.skipped],
         "followups": list(result.followups),
+        "took_effect": result.took_effect,
+        "overridden": [{"tool": o.tool, "command": o.command, "index": o.index, "source": o.source}
+                       for o in result.overridden],
+        "mismatches": [{"tool": o.tool, "command": o.command, "index": o.index, "source": o.source}
+                       for o in result.mismatches],
+        "unverified": list(result.unverified),
     })
 
 
@@ -165,18 +171,34 @@ def print_switch(result: SwitchResult, *, dry_run: bool) -> None:
         console.print(f"{skip.tool}: skipped ({skip.reason})", markup=False)
     for line in result.followups:
         console.print(line, markup=False)
+    for item in result.overridden:
+        console.print(f"{item.tool}: not in effect: {item.describe()}", markup=False)
+    for item in result.mismatches:
+        console.print(f"{item.tool}: mismatch: the tool itself reports {item.describe()}", markup=False)
+    for line in result.unverified:
+        console.print(f"not verified: {line}", markup=False)
     if dry_run:
         console.print("(dry run: nothing was written)")
-    elif any(c.changed for c in result.changes):
+    elif not result.took_effect:
+        console.print(f"The files were written, but {result.mirror.name} is NOT in effect for the commands above. "
+                      "Remove what overrides it, or undo with: tfdist mirror restore", markup=False)
+    else:
         console.print(f"Now using {result.mirror.name}. Undo with: tfdist mirror restore", markup=False)
+
+
+STATUS_SCHEMA_VERSION = 2  # 2: one row per real command, with the file:line or variable that decides it
 
 
 def status_data(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Plain data for ``mirror status --json``."""
+    from tfdist.mirror.status import mirror_of
+
     return mask_data({  # type: ignore[return-value]
         "tools": [
-            {"tool": s.tool, "index": s.index, "mirror": s.mirror, "source": s.source, "problems": list(s.problems),
-             **({"details": s.details} if s.details else {})}
+            {"tool": s.tool, "mirror": s.mirror, "index": s.index, "source": s.source,
+             "commands": [{"command": c.command, "index": c.index, "mirror": mirror_of(c), "source": c.source}
+                          for c in s.commands],
+             "problems": list(s.problems)}
             for s in statuses
         ],
         "backups": list(backups),
@@ -184,14 +206,18 @@ def status_data(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any]
 
 
 def print_status(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any]]) -> None:
-    """What each tool uses and where that comes from."""
+    """What each real command uses and where that comes from."""
     from rich.table import Table
 
-    table = Table(title="Package index in use")
-    for column in ("tool", "mirror", "index / first channel", "from"):
+    from tfdist.mirror.status import mirror_of
+
+    table = Table(title="Package index each command will use")
+    for column in ("command", "mirror", "index / channel", "set by"):
         table.add_column(column, overflow="fold")
     for s in statuses:
-        _row(table, s.tool, s.mirror or "(other)", s.index or "-", s.source)
+        for c in s.commands:
+            label = c.command if c.command.startswith(s.tool) else f"{s.tool} {c.command}"
+            _row(table, label, mirror_of(c) or "(other)", c.index or "-", c.source)
     console = _console()
     console.print(table)
     for s in statuses:
