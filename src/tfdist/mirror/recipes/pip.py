@@ -119,9 +119,9 @@ class PipRecipe:
         return Edit(done.text, tuple(notes), keep_bom=False)
 
     def ask_tool(self, context: Context) -> ToolView:
-        python = context.paths.prefix / "bin" / "python"
-        if not python.exists():
-            python = Path(sys.executable)
+        # pip's configuration rules are the same in every recent pip; the pip beside tfdist is asked, told that
+        # sys.prefix is the environment being configured (whose python may have no pip at all).
+        python = Path(sys.executable)
         env = dict(context.environ)
         try:
             done = subprocess.run([str(python), "-c", _ASK_PIP, str(context.paths.prefix), *COMMANDS], env=env,
