@@ -12,6 +12,9 @@ from tests.fixtures.mirror.conftest_helpers import real_config_digest, start_mir
 from tests.fixtures.mirror.loopback import Behaviour
 from tfdist.cli.main import main
 from tfdist.mirror.catalog import get_mirror
+from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -61,7 +64,7 @@ def test_use_status_restore_round_trip(capsys: pytest.CaptureFixture[str], isola
     pip_conf.parent.mkdir(parents=True)
     original = b"# keep me\n[global]\ntimeout = 30\n"
     pip_conf.write_bytes(original)
-    rc, out, _ = run(capsys, "use", "aliyun", "--tool", "pip,uv,conda", "--json")
+    rc, out, _ = run(capsys, "use", "aliyun", "--no-check", "--tool", "pip,uv,conda", "--json")
     document = json.loads(out)
     assert rc == 0 and document["schema"] == "tfdist.mirror.use" and document["applied"]
     assert {c["tool"] for c in document["changes"]} == {"pip", "uv", "conda"}
@@ -87,7 +90,7 @@ def test_bad_config_is_one_line_exit_2_and_untouched(capsys: pytest.CaptureFixtu
     uv_toml = isolated_home / ".config" / "uv" / "uv.toml"
     uv_toml.parent.mkdir(parents=True)
     uv_toml.write_bytes(b"[[index]\n")
-    rc, out, err = run(capsys, "use", "tuna")
+    rc, out, err = run(capsys, "use", "tuna", "--no-check")
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("tfdist mirror use: error:") and "not valid TOML" in err
     assert uv_toml.read_bytes() == b"[[index]\n"
@@ -104,13 +107,13 @@ def test_unknown_mirror_and_bad_flags_exit_2(capsys: pytest.CaptureFixture[str])
 
 
 def test_global_scope_under_an_alternative_root(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    rc, _, _ = run(capsys, "use", "ustc", "--scope", "global", "--tool", "pip", "--root", str(tmp_path / "img"))
+    rc, _, _ = run(capsys, "use", "ustc", "--no-check", "--scope", "global", "--tool", "pip", "--root", str(tmp_path / "img"))
     assert rc == 0
     assert "mirrors.ustc.edu.cn" in (tmp_path / "img" / "etc" / "pip.conf").read_text()
 
 
 def test_site_scope_writes_the_environment_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    rc, out, _ = run(capsys, "use", "nju", "--scope", "site")
+    rc, out, _ = run(capsys, "use", "nju", "--no-check", "--scope", "site")
     assert rc == 0 and "uv: skipped" in out
     assert "mirror.nju.edu.cn" in (tmp_path / "venv" / "pip.conf").read_text()
 
@@ -174,7 +177,7 @@ def test_probe_with_nothing_reachable_exits_1(capsys: pytest.CaptureFixture[str]
 def test_env_twin_selects_the_tool(capsys: pytest.CaptureFixture[str], isolated_home: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFDIST_MIRROR_USE_TOOL", "uv")
-    rc, out, _ = run(capsys, "use", "pku")
+    rc, out, _ = run(capsys, "use", "pku", "--no-check")
     assert rc == 0 and "uv: created" in out and "pip:" not in out
     assert (isolated_home / ".config" / "uv" / "uv.toml").exists()
     assert not (isolated_home / ".config" / "pip" / "pip.conf").exists()

@@ -20,9 +20,12 @@ from tfdist.mirror.backup import BackupStore
 from tfdist.mirror.catalog import get_mirror
 from tfdist.mirror.paths import ConfigPaths
 from tfdist.mirror.switch import SwitchRequest, apply, plan
+from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
 
 OTHER_UID, OTHER_GID = 4242, 4343
 TOKEN = "s3cr3t-T0KEN"
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +53,7 @@ def test_concurrent_use_runs_all_reach_the_manifest(tmp_path: Path, isolated_hom
     jobs = [["--tool", "pip"], ["--tool", "uv"], ["--tool", "pip", "--scope", "site"],
             ["--tool", "uv", "--scope", "global", "--root", str(tmp_path / "root")]]
     for _ in range(3):  # repeated rounds: one lost entry in any round fails
-        procs = [subprocess.Popen([sys.executable, "-m", "tfdist", "mirror", "use", "tuna", *flags], env=env,
+        procs = [subprocess.Popen([sys.executable, "-m", "tfdist", "mirror", "use", "tuna", "--no-check", *flags], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE) for flags in jobs]
         for proc in procs:
             out, err = proc.communicate(timeout=120)
@@ -85,7 +88,7 @@ def test_owner_group_and_mode_survive_use_and_restore(isolated_home: Path, capsy
     uv_dir = isolated_home / ".config" / "uv"
     uv_dir.mkdir()
     os.chown(uv_dir, OTHER_UID, OTHER_GID)  # a new file in another user's folder becomes theirs
-    rc, _, err = run(capsys, "use", "tuna", "--tool", "pip,uv")
+    rc, _, err = run(capsys, "use", "tuna", "--no-check", "--tool", "pip,uv")
     assert rc == 0, err
     for path, mode in ((pip_conf, 0o640), (uv_dir / "uv.toml", 0o644)):
         info = path.stat()
@@ -103,7 +106,7 @@ def test_restore_keeps_edits_made_after_the_switch(isolated_home: Path, capsys, 
     if existed:
         pip_conf.parent.mkdir(parents=True)
         pip_conf.write_text("[global]\ntimeout = 5\n")
-    assert run(capsys, "use", "tuna", "--tool", "pip")[0] == 0
+    assert run(capsys, "use", "tuna", "--no-check", "--tool", "pip")[0] == 0
     edited = pip_conf.read_text() + "[install]\nuser = true\n"
     pip_conf.write_text(edited)
     rc, out, _ = run(capsys, "restore", "--json")
@@ -120,7 +123,7 @@ def test_restore_keeps_edits_made_after_the_switch(isolated_home: Path, capsys, 
 @pytest.mark.parametrize("backup", ["../../victim", "/tmp/victim-abs", "manifest.json", "link.orig"])
 def test_backups_outside_the_state_directory_are_refused(isolated_home: Path, tmp_path: Path, capsys,
                                                          backup: str) -> None:
-    assert run(capsys, "use", "tuna", "--tool", "pip")[0] == 0
+    assert run(capsys, "use", "tuna", "--no-check", "--tool", "pip")[0] == 0
     store = BackupStore(ConfigPaths.from_env())
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
@@ -143,9 +146,9 @@ def test_credentials_are_masked_everywhere_and_files_are_0600(isolated_home: Pat
     outputs = []
     for args in (["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv", "--dry-run"],
                  ["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv", "--dry-run", "--json"],
-                 ["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv"],
+                 ["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv", "--no-check"],
                  ["status"], ["status", "--json"], ["env", "corp", "--url", f"corp={url}", "--json"],
-                 ["use", "corp", "--url", f"corp=https://user:{TOKEN}@[zz]/simple"],
+                 ["use", "corp", "--url", f"corp=https://user:{TOKEN}@[zz]/simple", "--no-check"],
                  ["use", "tuna", "--tool", "pip", "--dry-run"]):  # the diff's "before" side holds the password
         rc, out, err = run(capsys, *args)
         outputs.append(out + err)

@@ -14,6 +14,7 @@ from tfdist.cli.main import main
 from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
 from tfdist.mirror.envvars import dockerfile_snippet, mirror_environment, shell_lines
+from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
 
 GOOD = "https://good.test/simple"
 HOSTILE_URLS = [
@@ -43,6 +44,8 @@ HOSTILE_URLS = [
     "https://h.test/${HOME}/simple",
 ]
 
+pytestmark = pytest.mark.usefixtures("loopback_only")
+
 
 @pytest.fixture(autouse=True)
 def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +74,8 @@ def pip_reads(pip_conf: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 @pytest.mark.parametrize("value", HOSTILE_URLS, ids=range(len(HOSTILE_URLS)))
 def test_use_url_is_refused_or_round_trips(value: str, isolated_home: Path, capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    rc = main(["mirror", "use", "x", "--url", f"x={value}", "--tool", "pip,uv", "--allow-insecure", "--no-verify"])
+    rc = main(["mirror", "use", "x", "--url", f"x={value}", "--tool", "pip,uv", "--allow-insecure", "--no-verify",
+               "--no-check"])
     out, err = capsys.readouterr()
     pip_conf = isolated_home / ".config" / "pip" / "pip.conf"
     uv_toml = isolated_home / ".config" / "uv" / "uv.toml"
@@ -128,7 +132,8 @@ def test_ipv6_plain_http_mirror_gets_a_trusted_host_pip_matches(isolated_home: P
     from pip._internal.network.session import PipSession
 
     url = "http://[fd00::5]:8089/simple"
-    assert main(["mirror", "use", "v6", "--url", f"v6={url}", "--allow-insecure", "--tool", "pip"]) == 0
+    assert main(["mirror", "use", "v6", "--url", f"v6={url}", "--allow-insecure", "--tool", "pip",
+                 "--no-check"]) == 0
     values = pip_reads(isolated_home / ".config" / "pip" / "pip.conf", monkeypatch)
     assert values["global.trusted-host"] == "[fd00::5]:8089"
     session = PipSession()

@@ -31,6 +31,8 @@ class Mirror:
         notes: caveats worth showing to a user.
         sources: where the URLs were checked.
         adhoc: True for a mirror given with ``--url NAME=URL`` rather than taken from the catalog.
+        aliases: other names users type for it (``tsinghua`` for ``tuna``).
+        sync_status: where it publishes its PyPI sync state, or ``None``.
     """
 
     name: str
@@ -41,6 +43,8 @@ class Mirror:
     notes: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     adhoc: bool = False
+    aliases: tuple[str, ...] = ()
+    sync_status: "SyncSource | None" = None
 
     def __hash__(self) -> int:  # dict field: hash on the identity that matters
         return hash((self.name, self.pip_index))
@@ -54,6 +58,19 @@ class Mirror:
     def is_official(self) -> bool:
         """Whether this is pip's built-in default index."""
         return self.name == OFFICIAL and not self.adhoc
+
+
+@dataclass(frozen=True)
+class SyncSource:
+    """Where a mirror publishes its sync state: ``format`` (``tunasync`` or ``mirrorz``), ``url``, and the job
+    (``name`` in tunasync, ``cname`` in mirrorz) that holds PyPI."""
+
+    format: str
+    url: str
+    name: str = "pypi"
+
+
+SYNC_FORMATS = ("tunasync", "mirrorz")
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,8 @@ def load_catalog() -> dict[str, Mirror]:
             conda_custom_channels=dict(entry.get("conda_custom_channels", {})),
             notes=tuple(entry.get("notes", ())),
             sources=tuple(entry.get("sources", ())),
+            aliases=tuple(entry.get("aliases", ())),
+            sync_status=SyncSource(**entry["sync_status"]) if entry.get("sync_status") else None,
         )
     mirrors[OFFICIAL] = Mirror(
         name=OFFICIAL,
@@ -144,6 +163,9 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
     catalog = load_catalog()
     if key in catalog:
         return catalog[key]
+    for mirror in catalog.values():
+        if key in mirror.aliases:
+            return mirror
     known = ", ".join([*catalog, *(extra or {})])
     raise UsageError(
         f"unknown mirror {name!r}",
@@ -158,7 +180,7 @@ def parse_adhoc(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = Fa
     Raises:
         UsageError: malformed spec, invalid name, a name that shadows the catalog, or an insecure URL.
     """
-    catalog_names = set(_raw_catalog()["mirrors"]) | {OFFICIAL}
+    catalog_names = {OFFICIAL} | {n for m in load_catalog().values() for n in (m.name, *m.aliases)}
     result: dict[str, Mirror] = {}
     for spec in specs:
         name, sep, url = spec.partition("=")
@@ -192,3 +214,24 @@ def known_conda_bases() -> set[str]:
         bases.update(url.rstrip("/") for url in mirror.conda_custom_channels.values())
         bases.update(url.rstrip("/") for url in mirror.conda_default_channels)
     return bases
+
+
+def parse_sync_specs(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = False) -> dict[str, SyncSource]:
+    """Turn ``NAME=FORMAT:URL`` strings (from ``--sync-status``) into status sources, e.g.
+    ``corp=tunasync:https://mirrors.corp/static/tunasync.json``; the PyPI job is assumed to be named ``pypi``.
+
+    Raises:
+        UsageError: malformed spec, unknown format, or an invalid URL.
+    """
+    result: dict[str, SyncSource] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        form, colon, url = rest.partition(":")
+        name = name.lower()
+        if not sep or not colon or not _NAME.fullmatch(name):
+            raise UsageError(f"--sync-status {spec!r} is not NAME=FORMAT:URL",
+                             hint="e.g. --sync-status corp=tunasync:https://mirrors.corp/static/tunasync.json")
+        if form not in SYNC_FORMATS:
+            raise UsageError(f"--sync-status: unknown format {form!r}", hint=f"use one of {', '.join(SYNC_FORMATS)}")
+        result[name] = SyncSource(form, check_url(url, allow_insecure=allow_insecure, what="--sync-status"))
+    return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import re
 import socket
 import ssl
 import threading
@@ -31,6 +32,7 @@ PAGE_LIMIT = 16 * 1024 * 1024
 # bandwidth dominates, but a mirror with a much longer round trip still loses to one of equal bandwidth.
 REFERENCE_REQUESTS = 20
 REFERENCE_BYTES = 64 * 1024 * 1024
+FIRST_BYTES = 1024 * 1024  # --package: time to the first MiB of the wheel users will really download
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class ProbeConfig:
         allow_insecure: allow plain-http URLs and https->http redirects.
         ssl_context: TLS settings (default: the system trust store; certificates are always verified).
         check_metadata: also check the advertised PEP 658 ``.metadata`` file.
+        package: when set, measure this exact release instead (``--package NAME==VERSION``): the wheel of that
+            version that best fits this machine, timed from the request to its first ``first_bytes``.
+        first_bytes: how much of the package's wheel to time (1 MiB).
     """
 
     timeout: float = 5.0
@@ -60,6 +65,39 @@ class ProbeConfig:
     allow_insecure: bool = False
     ssl_context: ssl.SSLContext | None = None
     check_metadata: bool = True
+    package: "PackagePin | None" = None
+    first_bytes: int = FIRST_BYTES
+
+
+@dataclass(frozen=True)
+class PackagePin:
+    """An exact release, ``NAME==VERSION``."""
+
+    name: str
+    version: str
+
+    @property
+    def project(self) -> str:
+        """The PEP 503 normalised project name used in the index URL."""
+        return re.sub(r"[-_.]+", "-", self.name).lower()
+
+
+_PIN = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?)==(?P<version>[A-Za-z0-9.+!_-]{1,64})")
+
+
+def parse_pin(text: str) -> PackagePin:
+    """Parse ``--package NAME==VERSION``.
+
+    Raises:
+        UsageError: anything but an exact ``name==version``.
+    """
+    from tfdist.errors import UsageError
+
+    match = _PIN.fullmatch(text)
+    if not match:
+        raise UsageError(f"--package {text!r} is not NAME==VERSION", hint="e.g. --package tensorflow==2.21.0",
+                         reference="mirror-package-invalid")
+    return PackagePin(match.group("name"), match.group("version"))
 
 
 @dataclass(frozen=True)
@@ -81,6 +119,7 @@ class ProbeResult:
     error: str | None = None
     warnings: tuple[str, ...] = ()
     estimate_s: float | None = None
+    first_mib_s: float | None = None  # --package: seconds from the file request to its first MiB (or its end)
 
     @property
     def usable(self) -> bool:
@@ -204,6 +243,38 @@ def _pick_wheel(page: bytes, page_url: str) -> tuple[str | None, bool]:
     return chosen
 
 
+def _pick_pinned(page: bytes, page_url: str, pin: PackagePin) -> tuple[str | None, bool]:
+    """The wheel of exactly ``pin`` that best fits this machine (pip's own tag order), and its metadata flag."""
+    from pip._vendor.packaging.tags import sys_tags
+    from pip._vendor.packaging.utils import InvalidWheelFilename, canonicalize_version, parse_wheel_filename
+
+    preference = {tag: rank for rank, tag in enumerate(sys_tags())}
+    wanted = canonicalize_version(pin.version)
+    parser = _Links()
+    parser.feed(page.decode("utf-8", errors="replace"))
+    best: tuple[int, str, bool] | None = None
+    for attrs in parser.links:
+        href = attrs.get("href") or ""
+        filename = urlsplit(href).path.rsplit("/", 1)[-1]
+        if not filename.endswith(".whl"):
+            continue
+        try:
+            _, version, _, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        if canonicalize_version(version) != wanted:
+            continue
+        ranks = [preference[t] for t in tags if t in preference]
+        if not ranks:
+            continue
+        advertised = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
+        parts = urlsplit(urljoin(page_url, href))
+        url = urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
+        if best is None or min(ranks) < best[0]:
+            best = (min(ranks), url, advertised is not None and advertised.lower() != "false")
+    return (best[1], best[2]) if best else (None, False)
+
+
 def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, state: _Probe, deadline: float) -> None:
     handlers: list[urllib.request.BaseHandler] = [_Redirects(config.allow_insecure)]
     handlers.append(urllib.request.HTTPSHandler(context=context))
@@ -220,14 +291,23 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
         return max(0.05, deadline - time.monotonic())
 
     try:
-        page_url = f"{index_url.rstrip('/')}/{config.project}/"
+        project = config.package.project if config.package else config.project
+        page_url = f"{index_url.rstrip('/')}/{project}/"
         headers = headers_for(page_url)
         started = time.monotonic()
         with opener.open(urllib.request.Request(page_url, headers=headers), timeout=remaining()) as response:
             state.update(ttfb_s=time.monotonic() - started, phase="index")
             final_url = response.geturl()
             page = response.read(PAGE_LIMIT)
-        file_url, has_metadata = _pick_wheel(page, final_url)
+        if config.package is not None:
+            file_url, has_metadata = _pick_pinned(page, final_url, config.package)
+            if file_url is None:
+                pin = config.package
+                state.update(status="error", phase="done",
+                             error=f"no wheel of {pin.name}=={pin.version} for this machine on the index page")
+                return
+        else:
+            file_url, has_metadata = _pick_wheel(page, final_url)
         if file_url is None:
             state.update(status="partial", error=f"no wheel of {config.project!r} on the index page", phase="done")
             return
@@ -243,11 +323,13 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                 state.update(warnings=(f"advertised .whl.metadata answers HTTP {missing.code}: pip and uv will fail "
                                        "on this mirror (like tuna/issues#2415)",))
         state.update(phase="download")
+        requested = time.monotonic()
+        limit = config.first_bytes if config.package is not None else config.max_bytes
         with opener.open(urllib.request.Request(file_url, headers=headers), timeout=remaining()) as response:
             received = 0
-            while received < config.max_bytes and time.monotonic() < deadline:
+            while received < limit and time.monotonic() < deadline:
                 try:
-                    chunk = response.read1(min(CHUNK, config.max_bytes - received))  # type: ignore[attr-defined]
+                    chunk = response.read1(min(CHUNK, limit - received))  # type: ignore[attr-defined]
                 except (socket.timeout, TimeoutError):
                     if not received:
                         raise
@@ -255,6 +337,8 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                     state.update(warnings=(*state.result.warnings, "download cut off at the deadline"))
                     break
                 if not chunk:
+                    if config.package is not None:
+                        state.update(first_mib_s=time.monotonic() - requested)  # a file smaller than a MiB
                     break
                 now = time.monotonic()
                 received += len(chunk)
@@ -264,6 +348,8 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                         state.first_byte_at, state.first_chunk = now, len(chunk)
                     state.last_byte_at = now
                     state.result = replace(state.result, downloaded=received)
+                if config.package is not None and received >= limit:
+                    state.update(first_mib_s=now - requested)
         state.update(phase="done")
     except Exception as error:  # noqa: BLE001 - every failure of a remote mirror becomes its result
         state.update(status="error", error=_describe(error), phase="done")
@@ -308,11 +394,13 @@ def rank(results: Sequence[ProbeResult]) -> list[ProbeResult]:
     then failures by name."""
 
     def key(result: ProbeResult) -> tuple[int, float, str]:
+        if result.usable and result.first_mib_s is not None:
+            return (0, result.first_mib_s, result.name)  # --package: the download users will really make
         if result.status == "ok" and result.estimate_s is not None:
-            return (0, result.estimate_s, result.name)
+            return (1, result.estimate_s, result.name)
         if result.usable and result.ttfb_s is not None:
-            return (1, result.ttfb_s, result.name)
-        return (2, 0.0, result.name)
+            return (2, result.ttfb_s, result.name)
+        return (3, 0.0, result.name)
 
     return sorted(results, key=key)
 

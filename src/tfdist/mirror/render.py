@@ -52,7 +52,8 @@ def mirror_rows(mirrors: Sequence[Mirror]) -> list[dict[str, Any]]:
             "name": m.name, "title": m.title, "pip_index": m.pip_index,
             "conda_default_channels": list(m.conda_default_channels),
             "conda_custom_channels": dict(m.conda_custom_channels), "notes": list(m.notes),
-            "sources": list(m.sources), "adhoc": m.adhoc,
+            "sources": list(m.sources), "adhoc": m.adhoc, "aliases": list(m.aliases),
+            "sync_status": m.sync_status.__dict__ if m.sync_status else None,
         }
         for m in mirrors
     ])  # type: ignore[return-value]
@@ -70,47 +71,78 @@ def print_list(mirrors: Sequence[Mirror]) -> None:
         if m.conda_default_channels:
             conda.append("defaults")
         conda += list(m.conda_custom_channels)
-        _row(table, m.name, m.title, m.pip_index or "-", ", ".join(conda) or "-", "\n".join(m.notes))
+        _row(table, m.name + (f" ({', '.join(m.aliases)})" if m.aliases else ""), m.title, m.pip_index or "-", ", ".join(conda) or "-", "\n".join(m.notes))
     _console().print(table)
 
 
-def result_rows(results: Sequence[ProbeResult]) -> list[dict[str, Any]]:
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _sync(extra: dict[str, Any] | None, name: str) -> tuple[Any, float | None]:
+    state = ((extra or {}).get("sync") or {}).get(name)
+    if state is None:
+        return None, None
+    return state, state.age_s((extra or {}).get("now", 0.0))
+
+
+def result_rows(results: Sequence[ProbeResult], extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Plain data for ``mirror test --json``."""
-    return mask_data([
-        {
+    rows = []
+    for i, r in enumerate(results):
+        state, age = _sync(extra, r.name)
+        rows.append({
             "rank": i + 1 if r.usable else None, "name": r.name, "index_url": r.index_url, "status": r.status,
             "ttfb_s": r.ttfb_s, "throughput_bytes_per_s": r.throughput_bps, "downloaded_bytes": r.downloaded,
-            "estimate_s": r.estimate_s, "file_url": r.file_url, "error": r.error, "warnings": list(r.warnings),
-        }
-        for i, r in enumerate(results)
-    ])  # type: ignore[return-value]
+            "estimate_s": r.estimate_s, "first_mib_s": r.first_mib_s, "file_url": r.file_url, "error": r.error,
+            "warnings": list(r.warnings),
+            "sync": None if state is None else {"state": state.state, "age_s": age,
+                                                "last_success_unix": state.last_success, "error": state.error},
+        })
+    return mask_data(rows)  # type: ignore[return-value]
 
 
-def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool) -> Any:
+def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool, extra: dict[str, Any] | None = None,
+                  package: str | None = None) -> Any:
     """A rich table of probe results (live or final)."""
     from rich.table import Table
 
     table = Table(title=title)
-    for column in ("#", "mirror", "status", "first byte", "throughput", "note"):
+    columns = ["#", "mirror", "status", "first byte", "first MiB" if package else "throughput", "PyPI synced", "note"]
+    for column in columns:
         table.add_column(column, overflow="fold")
     styles = {"ok": "green", "partial": "yellow", "error": "red", "timeout": "red", "pending": "cyan"}
     for i, r in enumerate(results):
         status = r.status if r.status != "pending" else r.phase
         note = r.error or "; ".join(r.warnings)
+        state, age = _sync(extra, r.name)
+        synced = "-" if state is None else (f"{_age(age)} ago ({state.state})" if age is not None
+                                            else (state.state or "unknown"))
+        speed = (f"{r.first_mib_s:.2f} s" if r.first_mib_s is not None else "-") if package else \
+            _speed(r.throughput_bps)
         _row(table, str(i + 1) if ranked and r.usable else "", r.name,
-                      f"[{styles.get(r.status, 'white')}]{status}[/]", _ms(r.ttfb_s), _speed(r.throughput_bps), note)
+             f"[{styles.get(r.status, 'white')}]{status}[/]", _ms(r.ttfb_s), speed, synced, note)
     return table
 
 
-def print_results(results: Sequence[ProbeResult], wall_s: float) -> None:
+def print_results(results: Sequence[ProbeResult], wall_s: float, extra: dict[str, Any] | None = None,
+                  package: str | None = None) -> None:
     """The ranked table and the verdict."""
     console = _console()
-    console.print(results_table(results, title=f"Mirror speed test ({wall_s:.1f} s)", ranked=True))
+    what = f" for {package}" if package else ""
+    console.print(results_table(results, title=f"Mirror speed test{what} ({wall_s:.1f} s)", ranked=True,
+                                extra=extra, package=package))
     best = next((r for r in results if r.usable), None)
     if best is None:
         console.print("[red]No mirror answered.[/] Check the network, or raise --timeout.")
     else:
-        console.print(f"Fastest: [bold]{best.name}[/] - switch with: tfdist mirror use {best.name}")
+        console.print(f"Fastest{what}: [bold]{best.name}[/] - switch with: tfdist mirror use {best.name}")
 
 
 class LiveProgress:
