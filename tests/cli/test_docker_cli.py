@@ -35,6 +35,7 @@ def test_gpu_dockerfile_from_a_lock(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 def test_without_a_lock_it_says_how_to_make_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ctx" / "Dockerfile"
+    out.parent.mkdir()
     assert main(["docker", "--tf", "2.21", "--cpu", "-o", str(out)]) == 0
     assert "FROM python:3.11-slim-bookworm" in out.read_text()
     printed = capsys.readouterr().out
@@ -82,3 +83,55 @@ def test_own_dockerignore_is_kept_and_json_reports_it(tmp_path: Path, capsys: py
     assert document["base_image"] == "nvidia/cuda:12.5.1-base-ubuntu22.04" and document["lock_missing"] is False
     assert (tmp_path / ".dockerignore").read_text() == "data/\n"
     assert "kept your own" in captured.err
+
+
+def test_existing_dockerfile_is_refused_then_replaced_with_force_keeping_a_bak(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "Dockerfile"
+    out.write_text("FROM scratch\n# hand-written\n")
+    assert main(["docker", "--tf", "2.21", "--cpu", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "--force" in err and err.count("\n") == 1
+    assert out.read_text() == "FROM scratch\n# hand-written\n" and not (tmp_path / ".dockerignore").exists()
+    assert main(["docker", "--tf", "2.21", "--cpu", "-o", str(out), "--force"]) == 0
+    assert "FROM python:3.11-slim-bookworm" in out.read_text()
+    assert (tmp_path / "Dockerfile.bak").read_text() == "FROM scratch\n# hand-written\n"
+    assert "Dockerfile.bak" in capsys.readouterr().err
+    # Regenerating changes nothing in our own .dockerignore, so it gets no .bak.
+    assert main(["docker", "--tf", "2.21", "--cpu", "-o", str(out), "--force"]) == 0
+    assert not (tmp_path / ".dockerignore.bak").exists()
+
+
+def test_output_into_a_missing_folder_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["docker", "--tf", "2.21", "--cpu", "-o", str(tmp_path / "ctx" / "Dockerfile")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and err.count("\n") == 1
+    assert not (tmp_path / "ctx").exists()
+
+
+@pytest.mark.parametrize("header", [
+    '# tfdist-lock: {"tf": "2.21"',  # cut JSON
+    '# tfdist-lock: {"tf": "2.21"}',  # missing keys
+    '# tfdist-lock: ["2.21"]',  # not an object
+    '# tfdist-lock: {"tf": 2.21, "flavour": "cpu", "python": "3.11", "platform": "linux", "glibc": "2.28"}',
+    '# tfdist-lock: {"tf": "2.21\\nRUN id", "flavour": "cpu", "python": "3.11", "platform": "linux", '
+    '"glibc": "2.28"}',
+    '# tfdist-lock: {"tf": "2.21", "flavour": "tpu", "python": "3.11", "platform": "linux", "glibc": "2.28"}',
+])
+def test_a_malformed_lock_header_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    header: str) -> None:
+    from tfdist.deploy.lock import HEADER_MARK
+
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(header.replace("# tfdist-lock: ", HEADER_MARK) + "\n" + BODY)
+    assert main(["docker", "--lock", str(lock), "-o", str(tmp_path / "Dockerfile")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "Dockerfile").exists()
+
+
+def test_tag_with_a_newline_cannot_add_an_instruction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "Dockerfile"
+    assert main(["docker", "--tf", "2.21", "--cpu", "--tag", "t\nRUN touch /pwned", "-o", str(out)]) == 2
+    assert "--tag 't\\nRUN touch /pwned' contains the control character" in capsys.readouterr().err
+    assert not out.exists()

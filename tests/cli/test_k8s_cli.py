@@ -55,10 +55,32 @@ def test_command_options_after_double_dash_are_the_commands(capsys):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--name", "x", "--image", "i:1", "-n", "1"], "Missing argument"),
     (["--name", "x", "--image", "i:1", "--", "t"], "Missing option '-n' / '--workers'"),
-    (["--name", "X", "--image", "i:1", "-n", "1", "--", "t"], "is not usable"),
+    (["--name", "X", "--image", "i:1", "-n", "1", "--", "t"], "--name 'X' is not a DNS label"),
+    (["--name", "x\n", "--image", "i:1", "-n", "1", "--", "t"], "--name 'x\\n' is not a DNS label"),
+    (["--name", "x", "--image", "i:1", "-n", "1", "--namespace", "n" * 100, "--", "t"], "--namespace"),
+    (["--name", "x", "--image", "i:1", "-n", "1", "--checkpoint-pvc", "c" * 300, "--", "t"], "--checkpoint-pvc"),
+    (["--name", "x", "--image", "i:1", "-n", "1", "--checkpoint-pvc", "a..b", "--", "t"], "--checkpoint-pvc"),
     (["--name", "x", "--image", "i:1", "-n", "2", "--kind", "indexed-job", "--ps", "1", "--", "t"], "never completes"),
     (["--name", "x", "--image", "i:1", "-n", "1", "--kind", "cronjob", "--", "t"], "Invalid value"),
 ])
 def test_errors(capsys, argv, message):
     assert main(["k8s", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_existing_output_is_refused_then_replaced_with_force_keeping_a_bak(tmp_path, capsys):
+    out = tmp_path / "job.yaml"
+    out.write_text("# hand-written\n")
+    argv = ["k8s", "--name", "x", "--image", "i:1", "-n", "1", "-o", str(out)]
+    assert main([*argv, "--", "t"]) == 2
+    assert "exists" in capsys.readouterr().err and out.read_text() == "# hand-written\n"
+    assert main([*argv, "--force", "--", "t"]) == 0
+    assert yaml.safe_load(out.read_text())["kind"] == "TFJob"
+    assert (tmp_path / "job.yaml.bak").read_text() == "# hand-written\n"
+
+
+def test_output_into_a_missing_folder_is_one_line_exit_2(tmp_path, capsys):
+    out = tmp_path / "missing" / "job.yaml"
+    assert main(["k8s", "--name", "x", "--image", "i:1", "-n", "1", "-o", str(out), "--", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err and err.count("\n") == 1

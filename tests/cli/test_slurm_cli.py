@@ -1,26 +1,14 @@
 """`tfdist slurm`: the written script (golden file), pass-through of script arguments, errors."""
 from __future__ import annotations
 
-import os
 import stat
 import sys
-from pathlib import Path
 
+from tests.goldens import check_golden
 from tfdist.cli.main import main
-
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
-UPDATE = os.environ.get("TFDIST_UPDATE_GOLDEN") == "1"
 
 DIGITS = ["-N", "2", "-T", "2", "--max-restarts", "2", "-t", "00:30:00", "--python", "/opt/venv/bin/python",
           "--model-dir", "/shared/digits", "examples/digits.py", "--epochs", "5", "--steps-per-epoch", "40"]
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run with TFDIST_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} changed: review the diff, then regenerate with TFDIST_UPDATE_GOLDEN=1"
 
 
 def test_golden_digits_script(tmp_path, capsys):
@@ -30,7 +18,7 @@ def test_golden_digits_script(tmp_path, capsys):
     assert captured.out == ""
     assert f"submit with: sbatch {out}" in captured.err
     assert out.stat().st_mode & stat.S_IXUSR
-    check_golden("digits.sbatch", out.read_text())
+    check_golden("slurm", "digits.sbatch", out.read_text())
 
 
 def test_stdout_when_no_output_file_and_args_after_script_go_to_the_script(capsys):
@@ -57,3 +45,36 @@ def test_errors(capsys):
     assert main(["slurm"]) == 2
     assert main(["slurm", "-N", "1", "-T", "1", "--chief", "--ps", "1", "train.py"]) == 2
     assert "cannot hold" in capsys.readouterr().err
+
+
+def test_existing_output_is_refused_then_replaced_with_force_keeping_a_bak(tmp_path, capsys):
+    out = tmp_path / "train.sbatch"
+    out.write_text("#!/bin/bash\n# my own job\n")
+    assert main(["slurm", "-o", str(out), "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists" in err and "--force" in err
+    assert out.read_text() == "#!/bin/bash\n# my own job\n"
+    assert main(["slurm", "-o", str(out), "--force", "train.py"]) == 0
+    assert "#SBATCH --job-name=train" in out.read_text()
+    assert (tmp_path / "train.sbatch.bak").read_text() == "#!/bin/bash\n# my own job\n"
+    assert "train.sbatch.bak" in capsys.readouterr().err
+
+
+def test_output_into_a_missing_folder_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["slurm", "-o", str(tmp_path / "nope" / "x.sbatch"), "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "nope").exists()
+
+
+def test_file_name_with_a_newline_cannot_inject_a_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["slurm", "-o", "x\ntouch F #.sbatch", "train.py"]) == 2
+    assert "control character" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_partition_with_options_is_refused(capsys):
+    assert main(["slurm", "-p", "gpu --exclusive --uid=0", "train.py"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--partition 'gpu --exclusive --uid=0' is not a partition name" in captured.err

@@ -238,8 +238,10 @@ def test_indexed_job_pods_resolve_to_their_own_host_names():
 # ---------------------------------------------------------------------------------------------- input checks
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    (dict(name="Digits"), "not usable"),
-    (dict(name="d" * 41), "not usable"),
+    (dict(name="Digits"), "--name 'Digits' is not a DNS label"),
+    (dict(name="d" * 41), "longer than the 40"),
+    (dict(name="digits\n"), r"--name 'digits\\n' is not a DNS label"),
+    (dict(name="9digits"), "does not start with a letter"),
     (dict(kind="deployment"), "unknown kind"),
     (dict(kind="indexed-job", ps=1, workers=2), "never completes"),
     (dict(kind="indexed-job", evaluator=True), "one pod template"),
@@ -247,8 +249,15 @@ def test_indexed_job_pods_resolve_to_their_own_host_names():
     (dict(workers=0, chief=True, ps=1), "need workers"),
     (dict(command=()), "no command"),
     (dict(image="a b"), "image"),
-    (dict(checkpoint_pvc="Bad_Claim"), "claim"),
-    (dict(namespace="ML"), "namespace"),
+    (dict(checkpoint_pvc="Bad_Claim"), "--checkpoint-pvc 'Bad_Claim' is not a DNS subdomain"),
+    (dict(checkpoint_pvc="a..b"), "--checkpoint-pvc 'a..b' is not a DNS subdomain"),
+    (dict(checkpoint_pvc="c" * 254), "longer than the 253"),
+    (dict(checkpoint_pvc="ckpt\n"), "--checkpoint-pvc"),
+    (dict(namespace="ML"), "--namespace 'ML' is not a DNS label"),
+    (dict(namespace="n" * 64), "longer than the 63"),
+    (dict(namespace="ml\n"), "--namespace"),
+    (dict(image="r/x:t\nkind: Pod"), "--image"),
+    (dict(command=("python", "a\0b")), "NUL"),
 ])
 def test_bad_specs_are_usage_errors(overrides, message):
     with pytest.raises(UsageError, match=message):

@@ -93,12 +93,12 @@ def test_arguments_reach_the_script_verbatim(tmp_path):
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (dict(nodes=0), "at least 1"),
-    (dict(job_name="bad name"), "not usable"),
+    (dict(job_name="bad name"), "not a usable job name"),
     (dict(time="tomorrow"), "not a Slurm time"),
     (dict(grace_seconds=5), "--grace"),
     (dict(port_base=65535, tasks_per_node=4), "no room"),
     (dict(ps=2, chief=True), "cannot hold"),
-    (dict(log_dir="a\nb"), "one line"),
+    (dict(log_dir="a\nb"), "--log-dir .* control character"),
     (dict(max_restarts=-1), "negative"),
 ])
 def test_bad_specs(overrides, message):

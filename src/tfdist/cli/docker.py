@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tfdist.cli.common import emit_json, option
+
+if TYPE_CHECKING:
+    from tfdist.deploy.lock import LockInfo
 
 IGNORE_MARK = "# Written by `tfdist docker`"
 
@@ -22,9 +26,10 @@ IGNORE_MARK = "# Written by `tfdist docker`"
 @option("--tag", default="", help="Image name in the printed commands (default: tfdist-tf<version>-<gpu|cpu>).")
 @option("-o", "--output", default="Dockerfile", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
         help="Dockerfile to write; .dockerignore goes next to it (the build context).")
+@option("--force", is_flag=True, help="Replace an existing --output (the old one is kept as NAME.bak).")
 @option("--json", "as_json", is_flag=True, help="Print a versioned JSON summary.")
 def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | None, mirror: str | None, tag: str,
-            output: Path, as_json: bool) -> int:
+            output: Path, force: bool, as_json: bool) -> int:
     """Write a Dockerfile for TensorFlow that installs the lock with --require-hashes and runs as a non-root user.
 
     GPU images start from NVIDIA's CUDA base image matching the TF build (no cuDNN: the pip wheels bring it), CPU
@@ -33,15 +38,13 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
     from tfdist.deploy import lock as locking
     from tfdist.deploy.dockerfile import DockerSpec, render, spec_from_lock
     from tfdist.errors import UsageError
+    from tfdist.output import check_output, write_output
+    from tfdist.quote import shell
 
     context = output.parent
     flavour = None if gpu is None else ("gpu" if gpu else "cpu")
     if lock is not None:
-        try:
-            info = locking.parse_header(lock.read_text(encoding="utf-8"))
-        except OSError as failure:
-            raise UsageError(f"cannot read the lock {lock}: {failure.strerror}",
-                             hint="create it with tfdist lock") from None
+        info = _read_lock_header(lock)
         for flag, given, recorded in (("--tf", tf, info.tf), ("--gpu/--cpu", flavour, info.flavour),
                                       ("--python", python, info.python)):
             if given is not None and given != recorded:
@@ -66,27 +69,62 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock: Path | N
         if not index:
             raise UsageError(f"mirror {mirror!r} has no PyPI index", hint="pick another with tfdist mirror list")
     files = render(spec, index, dockerfile=str(output), context=str(context))
-    try:
-        context.mkdir(parents=True, exist_ok=True)
-        output.write_text(files.dockerfile, encoding="utf-8")
-    except OSError as failure:
-        raise UsageError(f"cannot write {output}: {failure.strerror}", hint="check -o") from None
+    # Both files are checked before either is written, so a refusal writes nothing.
+    check_output(output, force=force)
     ignore = context / ".dockerignore"
-    kept_ignore = ignore.exists() and not ignore.read_text(encoding="utf-8").startswith(IGNORE_MARK)
-    if not kept_ignore:
-        ignore.write_text(files.dockerignore, encoding="utf-8")
+    old_ignore = _read_or_none(ignore)
+    kept_ignore = old_ignore is not None and not old_ignore.startswith(IGNORE_MARK)
+    backups = [write_output(output, files.dockerfile, force=force)]
+    if not kept_ignore and old_ignore != files.dockerignore:
+        # Ours (it starts with the mark) may be replaced; a changed one is still kept as .dockerignore.bak.
+        backups.append(write_output(ignore, files.dockerignore, force=True, flag=".dockerignore"))
+    for backup in filter(None, backups):
+        print(f"tfdist docker: kept the old file as {shell(str(backup))}", file=sys.stderr)
     if kept_ignore:
-        print(f"tfdist docker: warning: kept your own {ignore}; make sure it does not exclude {spec.lock}",
-              file=sys.stderr)
+        print(f"tfdist docker: warning: kept your own {shell(str(ignore))}; make sure it does not exclude "
+              f"{spec.lock}", file=sys.stderr)
     if as_json:
         emit_json("docker", {"dockerfile": str(output), "dockerignore": None if kept_ignore else str(ignore),
                              "base_image": files.base_image, "tf": spec.tf, "flavour": spec.flavour,
                              "python": spec.python, "lock": spec.lock, "build": files.build_command,
                              "run": files.run_command, "lock_missing": missing_lock is not None})
         return 0
-    print(f"wrote {output} (FROM {files.base_image})" + ("" if kept_ignore else f" and {ignore}"))
+    written = f"wrote {shell(str(output))} (FROM {files.base_image})"
+    print(written + ("" if kept_ignore else f" and {shell(str(ignore))}"))
     if missing_lock:
         print(f"first:  {missing_lock}")
     print(f"build:  {files.build_command}")
     print(f"run:    {files.run_command}")
     return 0
+
+
+def _read_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        return ""  # unreadable: treat as the user's own file and keep it
+
+
+def _read_lock_header(lock: Path) -> "LockInfo":
+    """The lock's recorded target; a missing, unreadable or malformed header is one line and exit 2."""
+    from tfdist.deploy import lock as locking
+    from tfdist.errors import UsageError
+    from tfdist.validate import shown
+
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as failure:
+        reason = getattr(failure, "strerror", None) or "not UTF-8 text"
+        raise UsageError(f"cannot read the lock {shown(str(lock))}: {reason}",
+                         hint="create it with tfdist lock") from None
+    try:
+        info = locking.parse_header(text)
+        fields = (info.tf, info.flavour, info.python, info.platform, info.glibc)
+    except (ValueError, KeyError, TypeError, AttributeError):  # JSON errors are ValueErrors
+        info, fields = None, ()
+    if info is None or not all(isinstance(field, str) for field in fields):
+        raise UsageError(f"the lock {shown(str(lock))} has a malformed tfdist header",
+                         hint="re-create it with tfdist lock", reference="lock-bad-header")
+    return info

@@ -26,12 +26,12 @@ from tfdist.cli.common import option
              "[default: an emptyDir, lost with the pod].")
 @option("--namespace", default=None, help="metadata.namespace (default: kubectl's current one).")
 @option("--no-probes", is_flag=True, help="No startup/liveness probes (for scripts that do not use tfdist.runtime).")
-@option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-        help="Write the manifests here (default: standard output).")
+@option("-o", "--output", default=None, help="Write the manifests here (default: standard output).")
+@option("--force", is_flag=True, help="Replace an existing --output (the old one is kept as NAME.bak).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator: bool, gpus_per_worker: int,
             kind: str, max_restarts: int, checkpoint_pvc: str | None, namespace: str | None, no_probes: bool,
-            output: str | None, command: tuple[str, ...]) -> int:
+            output: str | None, force: bool, command: tuple[str, ...]) -> int:
     """Write Kubernetes manifests that run COMMAND as a multi-worker TensorFlow job.
 
     Each container starts through `tfdist tf-config --exec` (TF_CONFIG from the TFJob operator, or derived
@@ -42,13 +42,15 @@ def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator
     \b
         tfdist k8s --name digits --image registry/digits:1 --workers 2 --kind jobset -- python digits.py
     """
-    from pathlib import Path
-
     from tfdist.deploy.k8s import K8sJobSpec, render_manifests
+    from tfdist.output import check_output, write_output
+    from tfdist.quote import shell
 
     spec = K8sJobSpec(name=name, image=image, command=tuple(command), workers=workers, ps=ps, chief=chief,
                       evaluator=evaluator, gpus_per_worker=gpus_per_worker, kind=kind, max_restarts=max_restarts,
                       checkpoint_pvc=checkpoint_pvc, namespace=namespace, probes=not no_probes)
+    if output is not None:
+        check_output(output, force=force)
     text = render_manifests(spec)
     if checkpoint_pvc is None:
         click.echo("tfdist k8s: note: no --checkpoint-pvc: checkpoints go to an emptyDir and die with each pod, "
@@ -56,6 +58,7 @@ def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator
     if output is None:
         sys.stdout.write(text)
         return 0
-    Path(output).write_text(text, encoding="utf-8")
-    click.echo(f"wrote {output} ({kind}); apply with: kubectl apply -f {output}", err=True)
+    backup = write_output(output, text, force=force)
+    kept = f" (the old one is kept as {shell(str(backup))})" if backup else ""
+    click.echo(f"wrote {shell(output)}{kept} ({kind}); apply with: kubectl apply -f {shell(output)}", err=True)
     return 0

@@ -32,14 +32,14 @@ from tfdist.cli.common import option
 @option("--ps", type=click.IntRange(min=0), default=0, help="This many ranks are parameter servers.")
 @option("--evaluator", is_flag=True, help="The last rank is a side-car evaluator.")
 @option("--python", default=None, help="Python with tfdist installed on the nodes [default: this one].")
-@option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-        help="Write the script here (default: standard output).")
+@option("-o", "--output", default=None, help="Write the script here (default: standard output).")
+@option("--force", is_flag=True, help="Replace an existing --output (the old one is kept as NAME.bak).")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: int, partition: str | None,
             time_limit: str | None, max_restarts: int, log_dir: str, model_dir: str | None, job_name: str | None,
             grace: int, port_base: int | None, chief: bool, ps: int, evaluator: bool, python: str | None,
-            output: str | None, script: str, args: tuple[str, ...]) -> int:
+            output: str | None, force: bool, script: str, args: tuple[str, ...]) -> int:
     """Write an sbatch script that runs SCRIPT [ARGS...] as a multi-worker TensorFlow job.
 
     Each task starts through `srun --kill-on-bad-exit=1` and `tfdist tf-config --exec`, which derives
@@ -56,6 +56,8 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
     from pathlib import Path
 
     from tfdist.deploy.slurm import SlurmJobSpec, render_sbatch
+    from tfdist.output import check_output, write_output
+    from tfdist.quote import shell
 
     name = job_name or re.sub(r"[^A-Za-z0-9._-]", "-", Path(script).stem)[:64] or "tfdist"
     spec = SlurmJobSpec(
@@ -64,12 +66,14 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
         partition=partition, time=time_limit, max_restarts=max_restarts, log_dir=log_dir,
         model_dir=model_dir or "", grace_seconds=grace, port_base=port_base, chief=chief, ps=ps,
         evaluator=evaluator)
+    if output is not None:
+        check_output(output, force=force)
     text = render_sbatch(spec, script_name=os.path.basename(output) if output else "job.sbatch")
     if output is None:
         sys.stdout.write(text)
         return 0
-    path = Path(output)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o755)
-    click.echo(f"wrote {path} ({spec.total_tasks} tasks on {nodes} node(s)); submit with: sbatch {path}", err=True)
+    backup = write_output(output, text, force=force, mode=0o755)
+    kept = f" (the old one is kept as {shell(str(backup))})" if backup else ""
+    click.echo(f"wrote {shell(output)}{kept} ({spec.total_tasks} tasks on {nodes} node(s)); "
+               f"submit with: sbatch {shell(output)}", err=True)
     return 0

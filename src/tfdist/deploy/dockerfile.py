@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -19,8 +20,12 @@ from typing import Any
 
 from packaging.version import Version
 
+from tfdist import quote, validate
 from tfdist.deploy.lock import DEFAULT_PYTHON, Flavour, LockInfo, load_tf_build
 from tfdist.errors import UsageError
+
+# A COPY source in shell form is split at white space and expanded ($VAR); these characters need neither.
+_COPY_PATH = re.compile(r"[A-Za-z0-9._+@=,-]+(?:/[A-Za-z0-9._+@=,-]+)*")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,20 @@ class DockerSpec:
     lock: str = "requirements.lock"
     lock_glibc: str = "2.28"
     image_tag: str = ""
+
+    def __post_init__(self) -> None:
+        # Every field lands in the Dockerfile or in a printed command: check each against its consumer's grammar.
+        validate.version(self.tf, "--tf")
+        validate.version(self.python, "--python")
+        validate.version(self.lock_glibc, "the lock's glibc")
+        if self.flavour not in ("gpu", "cpu"):
+            raise validate.refuse("--gpu/--cpu", str(self.flavour), "is neither gpu nor cpu", "use --gpu or --cpu")
+        if not _COPY_PATH.fullmatch(self.lock) or ".." in self.lock.split("/"):
+            raise validate.refuse("--lock", self.lock, "cannot be named in a COPY instruction",
+                                  "rename the lock (letters, digits, '.', '_', '-', '+', '@', '=', ',') "
+                                  "inside the build context")
+        if self.image_tag:
+            validate.image_reference(self.image_tag, "--tag", allow_digest=False)
 
     @property
     def tag(self) -> str:
@@ -154,16 +173,16 @@ def render(spec: DockerSpec, mirror_index: str | None = None, *, dockerfile: str
         text = _template("Dockerfile.gpu.tmpl").substitute(
             common, base_image=base, cuda=cuda, apt_packages=" ".join(python["packages"]),
             interpreter=python["interpreter"])
-        run = f"docker run --rm --gpus all {spec.tag}"
+        run = f"docker run --rm --gpus all {quote.shell(spec.tag)}"
     else:
         _check_glibc(spec, "bookworm")
         base = _images()["cpu_image"].format(python=_minor(spec.python))
         text = _template("Dockerfile.cpu.tmpl").substitute(common, base_image=base)
-        run = f"docker run --rm {spec.tag}"
-    build = f"docker build -t {spec.tag}"
+        run = f"docker run --rm {quote.shell(spec.tag)}"
+    build = f"docker build -t {quote.shell(spec.tag)}"
     if Path(dockerfile) != Path(context) / "Dockerfile":
-        build += f" -f {dockerfile}"
+        build += f" -f {quote.shell(dockerfile)}"
     if mirror_index:
-        build += f" --build-arg PIP_INDEX_URL={mirror_index}"
+        build += f" --build-arg PIP_INDEX_URL={quote.shell(mirror_index)}"
     ignore = _template("dockerignore.tmpl").substitute()
-    return DockerFiles(text, ignore, base, f"{build} {context}", run)
+    return DockerFiles(text, ignore, base, f"{build} {quote.shell(context)}", run)

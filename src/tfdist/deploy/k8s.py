@@ -16,7 +16,6 @@ Shared values (ports, thresholds, paths) come from ``templates/k8s/defaults.yaml
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -24,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tfdist import __version__
+from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
 from tfdist.launch import resolve as names
 
@@ -32,7 +31,6 @@ KINDS = ("tfjob", "jobset", "indexed-job")
 TFJOB_REPLICA_KEYS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 GPU_RESOURCE = "nvidia.com/gpu"
 CONTAINER_NAME = "tensorflow"  # TFJob requires this name
-_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Pod host names must stay DNS labels (<= 63): "<name>-<role>-0-<index>" under a JobSet.
 MAX_NAME = 40
 
@@ -76,14 +74,18 @@ class K8sJobSpec:
     probes: bool = True
 
     def __post_init__(self) -> None:
-        if not _DNS_LABEL.match(self.name) or len(self.name) > MAX_NAME:
-            raise UsageError(f"job name {self.name!r} is not usable",
-                             hint=f"use lower-case letters, digits and '-', starting with a letter, "
-                                  f"at most {MAX_NAME} characters")
+        validate.dns_label(self.name, "--name", max_length=MAX_NAME)
+        if not self.name[0].isalpha():  # services and pods are named after it: RFC 1035 labels start with a letter
+            raise validate.refuse("--name", self.name, "does not start with a letter", "start it with a-z")
+        validate.image_reference(self.image, "--image")
+        if self.namespace is not None:
+            validate.dns_label(self.namespace, "--namespace")
+        if self.checkpoint_pvc is not None:
+            validate.dns_subdomain(self.checkpoint_pvc, "--checkpoint-pvc")
+        for word in self.command:
+            quote.shell(word, "COMMAND")  # no argument can hold a NUL; everything else is quoted by the YAML writer
         if self.kind not in KINDS:
             raise UsageError(f"unknown kind {self.kind!r}", hint=f"use one of {', '.join(KINDS)}")
-        if not self.image.strip() or any(c.isspace() for c in self.image):
-            raise UsageError(f"image {self.image!r} is not an image reference")
         if not self.command:
             raise UsageError("no command to run", hint="put it after --, e.g. -- python train.py")
         if self.workers < 0 or self.ps < 0 or self.gpus_per_worker < 0 or self.max_restarts < 0:
@@ -99,11 +101,6 @@ class K8sJobSpec:
             # One pod template serves every index, and the evaluator must not get the workers' step-based probes.
             raise UsageError("an Indexed Job has one pod template, which cannot suit both workers and an evaluator",
                              hint="use --kind jobset or --kind tfjob for a side-car evaluator")
-        if self.checkpoint_pvc is not None and not re.match(r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$",
-                                                            self.checkpoint_pvc):
-            raise UsageError(f"--checkpoint-pvc {self.checkpoint_pvc!r} is not a claim name")
-        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
-            raise UsageError(f"namespace {self.namespace!r} is not a DNS label")
 
     def replicas(self) -> dict[str, int]:
         """Role -> replica count, roles in TF order, empty roles left out."""

@@ -19,6 +19,7 @@ from importlib import resources
 from string import Template
 from typing import Any
 
+from tfdist import quote, validate
 from tfdist.errors import UsageError
 
 DEFAULT_TF = "2.21"
@@ -39,6 +40,11 @@ class SetupGpuSpec:
     tf: str = DEFAULT_TF
     driver: int | None = None
     script_name: str = "setup_gpu.sh"
+
+    def __post_init__(self) -> None:
+        # Both are written into the script's header comments: they must stay on their line.
+        validate.version(self.tf, "--tf")
+        validate.file_name(self.script_name, "--output")
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,6 @@ def render_script(spec: SetupGpuSpec) -> tuple[str, DriverChoice]:
         driver_branch=choice.branch,
         driver_package=choice.package,
         driver_reason=choice.reason,
-        script_name=spec.script_name,
+        script_name=quote.shell(spec.script_name),
     )
     return text, choice

@@ -8,15 +8,12 @@ and keeps one log per task and attempt.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from importlib import resources
 
-from tfdist import __version__
+from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::([0-5]?\d))?(?::([0-5]?\d))?$")
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -71,12 +68,7 @@ class SlurmJobSpec:
             raise UsageError("--nodes and --tasks-per-node must be at least 1")
         if self.gpus_per_task < 0 or self.cpus_per_task < 0 or self.max_restarts < 0 or self.ps < 0:
             raise UsageError("counts (--gpus-per-task, --cpus-per-task, --max-restarts, --ps) cannot be negative")
-        if not _NAME.match(self.job_name):
-            raise UsageError(f"job name {self.job_name!r} is not usable",
-                             hint="use 1-64 letters, digits, '.', '_' or '-'")
-        if self.time is not None and not _TIME.match(self.time):
-            raise UsageError(f"--time {self.time!r} is not a Slurm time",
-                             hint="use MM, HH:MM:SS or D-HH:MM:SS")
+        _check_values(self)
         if not 10 <= self.grace_seconds <= 65535:
             raise UsageError("--grace must be between 10 and 65535 seconds")
         if self.port_base is not None and not 1024 <= self.port_base <= 65535 - self.tasks_per_node:
@@ -85,10 +77,6 @@ class SlurmJobSpec:
         if workers < 0 or (workers == 0 and not self.chief):
             raise UsageError(f"{self.nodes * self.tasks_per_node} tasks cannot hold the chief, {self.ps} parameter "
                              "servers and the evaluator with at least one worker", hint="add nodes or tasks")
-        for name, value in (("--partition", self.partition), ("--log-dir", self.log_dir),
-                            ("--model-dir", self.model_dir)):
-            if value is not None and ("\n" in value or "\0" in value):
-                raise UsageError(f"{name} must be one line")
 
     @property
     def total_tasks(self) -> int:
@@ -97,6 +85,27 @@ class SlurmJobSpec:
     @property
     def effective_model_dir(self) -> str:
         return self.model_dir or f"checkpoints/{self.job_name}"
+
+
+def _check_values(spec: SlurmJobSpec) -> None:
+    """Every text value that reaches the script, checked against what its consumer accepts."""
+    validate.slurm_job_name(spec.job_name, "--job-name")
+    if spec.time is not None:
+        validate.slurm_time(spec.time, "--time")
+    if spec.partition is not None:
+        validate.slurm_partition(spec.partition, "--partition")
+    validate.path_text(spec.python, "--python")
+    validate.path_text(spec.log_dir, "--log-dir")
+    # srun reads LOG_DIR as part of a file name pattern: '%' starts a pattern and a backslash turns them all off.
+    if "%" in spec.log_dir or "\\" in spec.log_dir:
+        raise validate.refuse("--log-dir", spec.log_dir, "contains '%' or '\\', which srun reads as a pattern",
+                              "choose a folder name without them")
+    if spec.model_dir:
+        validate.path_text(spec.model_dir, "--model-dir")
+    for word in (spec.script, *spec.args):
+        quote.shell(word, "SCRIPT ARGS")
+    for line in spec.extra_sbatch:
+        quote.comment(line, "extra #SBATCH line")
 
 
 def _template() -> str:
@@ -144,19 +153,21 @@ def render_sbatch(spec: SlurmJobSpec, *, script_name: str = "job.sbatch") -> str
         spec: what to run and how.
         script_name: the file name shown in the script's "Submit with" comment.
     """
-    command = " ".join(shlex.quote(word) for word in (spec.script, *spec.args))
+    validate.file_name(script_name, "--output")
+    command = quote.shell_words((spec.script, *spec.args))
     return _fill(_template(), {
         "version": __version__,
-        "script_name": shlex.quote(script_name),
+        "script_name": quote.shell(script_name),
         "job_name": spec.job_name,
+        "job_name_word": quote.shell(spec.job_name),
         "nodes": str(spec.nodes),
         "tasks_per_node": str(spec.tasks_per_node),
         "resource_lines": _resource_lines(spec),
         "grace": str(spec.grace_seconds),
-        "python": shlex.quote(spec.python),
+        "python": quote.shell(spec.python),
         "max_restarts": str(spec.max_restarts),
-        "log_dir": shlex.quote(spec.log_dir),
-        "model_dir": shlex.quote(spec.effective_model_dir),
+        "log_dir": quote.shell(spec.log_dir),
+        "model_dir": quote.shell(spec.effective_model_dir),
         "role_lines": _role_lines(spec),
         "command": command,
         # Arguments with $ or ` are meant literally (they are single-quoted); tell shellcheck so.

@@ -44,6 +44,12 @@ def _container(roots: ProbeRoots) -> str | None:
     return None
 
 
+def container_kind(roots: ProbeRoots) -> str | None:
+    """The container this machine runs in (docker, podman, kubernetes, containerd, lxc), or None: the doctor's probe,
+    also used by ``tfdist setup-gpu``, whose driver must go on the host."""
+    return _container(roots) if roots.platform.startswith("linux") else None
+
+
 def _environment(roots: ProbeRoots) -> tuple[str, str | None]:
     conda = roots.env.get("CONDA_PREFIX")
     if conda and roots.prefix.rstrip("/") == conda.rstrip("/"):
@@ -69,7 +75,7 @@ def probe_system(roots: ProbeRoots, python_executable: str) -> SystemFacts:
         kernel=kernel,
         glibc=roots.glibc,
         wsl=wsl,
-        container=_container(roots) if roots.platform.startswith("linux") else None,
+        container=container_kind(roots),
         python_version=roots.python_version,
         python_executable=python_executable,
         environment=environment,
