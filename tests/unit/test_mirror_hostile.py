@@ -108,7 +108,9 @@ def test_shell_and_dockerfile_quote_even_unvalidated_values(tmp_path: Path) -> N
     """Defence in depth: a catalog entry or future caller that skips validation still cannot inject."""
     evil = Mirror(name="x", title="t\ntouch F\r\ntouch G", pip_index="https://h/simple\ntouch H")
     env = mirror_environment(evil)
-    text = shell_lines(env, evil.title)
+    with pytest.raises(UsageError):  # a title that would end the comment line is refused
+        shell_lines(env, evil.title)
+    text = shell_lines(env, "plain title")
     assert text.startswith("# ") and text.split("\n", 1)[1].startswith("export PIP_INDEX_URL='")
     done = subprocess.run(["bash", "-c", 'eval "$1"; printf %s "$UV_DEFAULT_INDEX"', "-", text], cwd=tmp_path,
                           capture_output=True, text=True, check=True, timeout=30)
@@ -118,11 +120,14 @@ def test_shell_and_dockerfile_quote_even_unvalidated_values(tmp_path: Path) -> N
 
 
 def test_dockerfile_escapes_quotes_dollars_and_backslashes() -> None:
-    odd = Mirror(name="x", title='a "b"\nRUN id', pip_index='https://h/s"i$HOME\\mple')
+    odd = Mirror(name="x", title='a "b" RUN id', pip_index='https://h/s"i$HOME\\mple')
     snippet = dockerfile_snippet(odd, mirror_environment(odd))
     lines = snippet.splitlines()
     assert lines[0].startswith("# ") and sum(1 for line in lines if not line.startswith((" ", "#"))) == 1
-    assert 'PIP_INDEX_URL="https://h/s\\"i\\$HOME\\\\mple"' in snippet and "RUN" not in snippet.replace("\\nRUN", "")
+    assert 'PIP_INDEX_URL="https://h/s\\"i\\$HOME\\\\mple"' in snippet
+    assert not any(line.lstrip().startswith("RUN") for line in lines)
+    with pytest.raises(UsageError):
+        dockerfile_snippet(Mirror(name="x", title="t\nRUN id", pip_index="https://h/simple"), {"A": "b"})
 
 
 def test_ipv6_plain_http_mirror_gets_a_trusted_host_pip_matches(isolated_home: Path,

@@ -2,9 +2,7 @@
 where editing per-user config files is the wrong tool."""
 from __future__ import annotations
 
-import json
-import shlex
-
+from tfdist import quote
 from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
 
@@ -27,15 +25,14 @@ def mirror_environment(mirror: Mirror) -> dict[str, str]:
 
 
 def comment_line(text: str) -> str:
-    """A ``#`` comment that stays one line: control characters (newline, CR, ...) are shown escaped, never kept."""
-    visible = json.dumps(text, ensure_ascii=False)[1:-1]  # escapes \n, \r, \t and every other control character
-    return f"# {visible}\n"
+    """A ``#`` comment line; text that would end the line early (newline, CR, other controls) is refused."""
+    return f"# {quote.comment(text, 'mirror title')}\n"
 
 
 def shell_lines(env: dict[str, str], title: str | None = None) -> str:
     """``export NAME=value`` lines (every value quoted for POSIX shells), after an optional one-line comment."""
     head = comment_line(title) if title is not None else ""
-    return head + "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+    return head + "".join(f"export {name}={quote.shell(value, name)}\n" for name, value in env.items())
 
 
 def _dockerfile_value(value: str) -> str:

@@ -11,6 +11,7 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from tfdist import quote
 from tfdist.errors import ConfigFileError
 from tfdist.mirror.urls import trusted_host
 
@@ -124,6 +125,7 @@ def set_index(text: str, url: str, path: Path, command_sections: tuple[str, ...]
     Raises:
         ConfigFileError: pip could not parse the current file.
     """
+    url = quote.ini_value(url, "index-url")  # validated already; refuse anything configparser would change
     values = parse(text, path)
     notes: list[str] = []
     sections = {s for s, options in values.items() if s != "global" and "index-url" in options}
