@@ -254,3 +254,19 @@ def test_use_names_what_overrides_it_and_exits_1(tmp_path: Path, mirrors, blocke
     assert done.returncode == 1, done.stdout + done.stderr
     assert where in done.stdout and m.url("A") in done.stdout and "NOT in effect" in done.stdout
     assert "Now using" not in done.stdout
+
+
+def test_the_tools_own_view_catches_what_the_model_misses(tmp_path: Path, mirrors) -> None:
+    """pip also accepts the old option name ``pypi-url`` in config files; tfdist's model does not read it, so only
+    asking pip itself reveals that 'pip install' still uses A: a mismatch, and the switch is not claimed."""
+    m = Machine(tmp_path, mirrors)
+    m.write(pip_files(m)["site"], "[install]\npypi-url = " + m.url("A") + "\n")
+    mirror = parse_adhoc([f"b={m.url('B')}"], allow_insecure=True)["b"]
+    result = plan(SwitchRequest(mirror=mirror, tools=("pip",)), m.paths(), m.env(), m.cwd)
+    assert result.overridden == ()  # the model sees nothing in the way
+    result = verify(apply(result, m.paths()), m.paths(), m.env(), m.cwd)
+    assert not result.took_effect
+    assert [(o.command, m.name_of(o.index)) for o in result.mismatches] == [("install", "A")]
+    assert [(o.command, m.name_of(o.index)) for o in result.overridden] == [("install", "A")]
+    argv = [str(m.venv / "bin" / "python"), str(PIP_DIR), *PIP_RUN["install"]]
+    assert m.contacted(argv) == "A"  # and the real pip agrees with pip's parser, not with the model

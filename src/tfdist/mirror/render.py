@@ -31,8 +31,11 @@ def _console() -> Any:
     return _MaskingConsole()
 
 
-def _row(table: Any, *cells: str) -> None:
-    table.add_row(*[mask_secrets(c) for c in cells])
+def _row(table: Any, *cells: Any) -> None:
+    """Add a row of plain text: masked, and never read as rich markup (``[global]`` stays visible)."""
+    from rich.markup import escape
+
+    table.add_row(*[escape(mask_secrets(c)) if isinstance(c, str) else c for c in cells])
 
 
 def _speed(bps: float | None) -> str:
@@ -112,6 +115,7 @@ def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool, e
                   package: str | None = None) -> Any:
     """A rich table of probe results (live or final)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title)
     columns = ["#", "mirror", "status", "first byte", "first MiB" if package else "throughput", "PyPI synced", "note"]
@@ -127,7 +131,7 @@ def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool, e
         speed = (f"{r.first_mib_s:.2f} s" if r.first_mib_s is not None else "-") if package else \
             _speed(r.throughput_bps)
         _row(table, str(i + 1) if ranked and r.usable else "", r.name,
-             f"[{styles.get(r.status, 'white')}]{status}[/]", _ms(r.ttfb_s), speed, synced, note)
+             Text(status, style=styles.get(r.status, "white")), _ms(r.ttfb_s), speed, synced, note)
     return table
 
 
@@ -206,7 +210,9 @@ def print_switch(result: SwitchResult, *, dry_run: bool) -> None:
     for item in result.overridden:
         console.print(f"{item.tool}: not in effect: {item.describe()}", markup=False)
     for item in result.mismatches:
-        console.print(f"{item.tool}: mismatch: the tool itself reports {item.describe()}", markup=False)
+        index = item.index or "its built-in default"
+        console.print(f"{item.tool}: mismatch: '{item.command}' uses {index} according to {item.source}",
+                      markup=False)
     for line in result.unverified:
         console.print(f"not verified: {line}", markup=False)
     if dry_run:
@@ -254,7 +260,9 @@ def print_status(statuses: Sequence[ToolStatus], backups: Sequence[dict[str, Any
     console.print(table)
     for s in statuses:
         for problem in s.problems:
-            console.print(f"[yellow]warning[/] {s.tool}: {problem}")
+            from rich.markup import escape
+
+            console.print(f"[yellow]warning[/] {s.tool}: {escape(problem)}")
     if backups:
         console.print(f"{len(backups)} file(s) changed by tfdist can be restored with 'tfdist mirror restore':")
         for b in backups:

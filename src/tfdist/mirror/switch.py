@@ -93,8 +93,8 @@ class SwitchResult:
     """What ``mirror use`` planned and did.
 
     ``overridden`` lists the real commands that the written files do not reach (an environment variable, a
-    project file or a higher-priority file of another scope wins); ``mismatches`` what the tools themselves reported
-    differently after the write; ``unverified`` why a tool could not be asked.
+    project file or a higher-priority file of another scope wins); ``mismatches`` where a tool itself reported
+    something other than tfdist's model after the write; ``unverified`` why a tool could not be asked.
     """
 
     mirror: Mirror
@@ -108,8 +108,8 @@ class SwitchResult:
 
     @property
     def took_effect(self) -> bool:
-        """Whether every switched command now uses the mirror, as far as tfdist and the tools can tell."""
-        return not self.overridden and not self.mismatches
+        """Whether every switched command now uses the mirror (the tools' own word where they were asked)."""
+        return not self.overridden
 
 
 def conda_in_use(paths: ConfigPaths) -> bool:
@@ -179,13 +179,16 @@ def _plan_one(tool: Tool, scope: Scope, path: Path, mirror: Mirror, context: Con
 
 def verify(result: SwitchResult, paths: ConfigPaths, environ: Mapping[str, str] | None = None,
            cwd: Path | None = None) -> SwitchResult:
-    """Ask each switched tool itself which index it will use now, and record every difference from the mirror.
+    """Ask each switched tool itself which index it will use now.
 
-    Returns:
-        ``result`` with ``mismatches`` (the tool disagrees) and ``unverified`` (the tool could not be asked).
+    The tool has the last word: a command it reports on the mirror took effect, one it reports elsewhere did not
+    (``overridden``, with the file:line from tfdist's model when the two agree). Where tfdist's model and the tool
+    disagree, that is recorded in ``mismatches``; a tool that cannot be asked is named in ``unverified`` and its
+    commands keep the model's verdict.
     """
     mismatches: list[Override] = []
     unverified: list[str] = []
+    overridden = {(o.tool, o.command): o for o in result.overridden}
     for tool in dict.fromkeys(c.tool for c in result.changes):
         recipe = RECIPES[tool]
         view = recipe.ask_tool(_context(paths, environ, cwd))
@@ -193,10 +196,24 @@ def verify(result: SwitchResult, paths: ConfigPaths, environ: Mapping[str, str] 
             unverified.append(f"{tool}: {view.unavailable}")
             continue
         wanted = recipe.wanted(result.mirror)
+        model = {e.command: e for e in recipe.effective(_context(paths, environ, cwd))}
         for item in view.effective:
-            if item.command in wanted and not same_index(item.index, wanted[item.command]):
-                mismatches.append(Override(tool, item.command, item.index, item.source))
-    return replace(result, mismatches=tuple(mismatches), unverified=tuple(unverified))
+            if item.command not in wanted:
+                continue
+            expected = model.get(item.command)
+            if expected is not None and not same_index(item.index, expected.index):
+                mismatches.append(Override(tool, item.command, item.index,
+                                           f"{item.source}, where tfdist expected {expected.index or 'the default'} "
+                                           f"from {expected.source}"))
+            if same_index(item.index, wanted[item.command]):
+                overridden.pop((tool, item.command), None)
+            else:
+                source = expected.source if expected is not None and same_index(item.index, expected.index) \
+                    else item.source
+                overridden[(tool, item.command)] = Override(tool, item.command, item.index,
+                                                            f"{source} (confirmed by {tool} itself)")
+    return replace(result, overridden=tuple(overridden.values()), mismatches=tuple(mismatches),
+                   unverified=tuple(unverified))
 
 
 def apply(result: SwitchResult, paths: ConfigPaths) -> SwitchResult:
