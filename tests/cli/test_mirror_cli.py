@@ -8,33 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.mirror.conftest_helpers import real_config_digest, start_mirror
+from tests.fixtures.mirror.conftest_helpers import start_mirror
 from tests.fixtures.mirror.loopback import Behaviour
-from tfdist.cli.main import main
 from tfdist.mirror.catalog import get_mirror
-from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
+from tests.fixtures.mirror.conftest_helpers import (  # noqa: F401  (fixtures)
+    loopback_only, own_venv, real_config_untouched)
+from tests.fixtures.mirror.conftest_helpers import run_mirror as run
 
-pytestmark = pytest.mark.usefixtures("loopback_only")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _real_config_untouched():
-    before = real_config_digest()
-    yield
-    assert real_config_digest() == before
-
-
-@pytest.fixture(autouse=True)
-def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The site scope must point into the test's folder, never at the repository's .venv.
-    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no conda on PATH: conda is only switched when asked
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["mirror", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
+pytestmark = pytest.mark.usefixtures("loopback_only", "own_venv", "real_config_untouched")
 
 
 def test_list_json_has_every_mirror(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,35 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
-from tests.fixtures.mirror.conftest_helpers import probe_projects, real_config_digest, start_mirror
+from tests.fixtures.mirror.conftest_helpers import (  # noqa: F401  (fixtures)
+    loopback_only, own_venv, real_config_untouched)
+from tests.fixtures.mirror.conftest_helpers import run_mirror as run
+from tests.fixtures.mirror.conftest_helpers import probe_projects, start_mirror
 from tests.fixtures.mirror.loopback import Behaviour, LoopbackMirror, Wheel, _random_bytes, build_wheel
-from tfdist.cli.main import main
 from tfdist.errors import UsageError
 from tfdist.mirror import catalog
 from tfdist.mirror.syncstatus import parse_mirrorz, parse_mirrorz_status, parse_tunasync
 
-pytestmark = pytest.mark.usefixtures("loopback_only")
+pytestmark = pytest.mark.usefixtures("loopback_only", "own_venv", "real_config_untouched")
 NOW = int(time.time())
-
-
-@pytest.fixture(autouse=True)
-def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _real_config_untouched():
-    before = real_config_digest()
-    yield
-    assert real_config_digest() == before
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["mirror", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def closed_port() -> int:
@@ -140,8 +122,9 @@ def test_status_documents_parse() -> None:
 @pytest.mark.slow
 def test_mirror_test_shows_sync_age_from_documents_served_on_loopback(capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # one table row per line
-    files = {"/static/tunasync.json": json.dumps(tunasync_document(1800)).encode(),
-             "/static/json/mirrorz.json": json.dumps(mirrorz_document(f"Y{NOW}O{NOW - 7200}")).encode()}
+    now = int(time.time())  # not the module's NOW: other tests may have run for minutes since import
+    files = {"/static/tunasync.json": json.dumps(tunasync_document(1800 + NOW - now)).encode(),
+             "/static/json/mirrorz.json": json.dumps(mirrorz_document(f"Y{now}O{now - 7200}")).encode()}
     server = LoopbackMirror(probe_projects(64 * 1024), files=files).start()
     base = f"http://127.0.0.1:{server.port}"
     flags = ["--only", "t,z,n", "--url", f"t={server.url}", "--url", f"z={server.url}", "--url", f"n={server.url}",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.mirror.conftest_helpers import clean_env, real_config_digest, start_mirror
+from tests.fixtures.mirror.conftest_helpers import clean_env, start_mirror
 from tests.fixtures.mirror.loopback import Behaviour
 from tfdist.cli.main import main
 from tfdist.errors import ConfigFileError
@@ -20,31 +20,14 @@ from tfdist.mirror.backup import BackupStore
 from tfdist.mirror.catalog import get_mirror
 from tfdist.mirror.paths import ConfigPaths
 from tfdist.mirror.switch import SwitchRequest, apply, plan
-from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
+from tests.fixtures.mirror.conftest_helpers import (  # noqa: F401  (fixtures)
+    loopback_only, own_venv, real_config_untouched)
+from tests.fixtures.mirror.conftest_helpers import run_mirror as run
 
 OTHER_UID, OTHER_GID = 4242, 4343
 TOKEN = "s3cr3t-T0KEN"
 
-pytestmark = pytest.mark.usefixtures("loopback_only")
-
-
-@pytest.fixture(autouse=True)
-def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _real_config_untouched():
-    before = real_config_digest()
-    yield
-    assert real_config_digest() == before
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["mirror", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
+pytestmark = pytest.mark.usefixtures("loopback_only", "own_venv", "real_config_untouched")
 
 
 @pytest.mark.slow

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.mirror.conftest_helpers import real_config_digest
 from tfdist.cli.main import main
 from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
 from tfdist.mirror.envvars import dockerfile_snippet, mirror_environment, shell_lines
-from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
+from tests.fixtures.mirror.conftest_helpers import (  # noqa: F401  (fixtures)
+    loopback_only, real_config_untouched)
 
 GOOD = "https://good.test/simple"
 HOSTILE_URLS = [
@@ -44,7 +44,7 @@ HOSTILE_URLS = [
     "https://h.test/${HOME}/simple",
 ]
 
-pytestmark = pytest.mark.usefixtures("loopback_only")
+pytestmark = pytest.mark.usefixtures("loopback_only", "real_config_untouched")
 
 
 @pytest.fixture(autouse=True)
@@ -52,13 +52,6 @@ def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _real_config_untouched():
-    before = real_config_digest()
-    yield
-    assert real_config_digest() == before
 
 
 def pip_reads(pip_conf: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:

@@ -106,6 +106,19 @@ def same_index(a: str | None, b: str | None) -> bool:
     return str(mask_url(a.strip().rstrip("/"))).lower() == str(mask_url(b.strip().rstrip("/"))).lower()
 
 
+def index_environment(mirror: "Mirror", index_variable: str, insecure_variable: str) -> dict[str, str]:
+    """The variables that point a pip-like tool at ``mirror``'s index (and trust its host only for plain http)."""
+    from tfdist.mirror.urls import trusted_host
+
+    env: dict[str, str] = {}
+    if mirror.pip_index:
+        env[index_variable] = mirror.pip_index
+        host = trusted_host(mirror.pip_index)
+        if host:
+            env[insecure_variable] = host
+    return env
+
+
 def _registry() -> dict[str, Recipe]:
     from tfdist.mirror.recipes.conda import CondaRecipe
     from tfdist.mirror.recipes.pip import PipRecipe

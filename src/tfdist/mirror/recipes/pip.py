@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.mirror import pipconf
-from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView
-from tfdist.mirror.urls import trusted_host
+from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
 
 if TYPE_CHECKING:
     from tfdist.mirror.catalog import Mirror
@@ -142,10 +141,4 @@ class PipRecipe:
         return []
 
     def environment(self, mirror: "Mirror") -> dict[str, str]:
-        env: dict[str, str] = {}
-        if mirror.pip_index:
-            env[ENV_INDEX] = mirror.pip_index
-            host = trusted_host(mirror.pip_index)
-            if host:
-                env["PIP_TRUSTED_HOST"] = host
-        return env
+        return index_environment(mirror, ENV_INDEX, "PIP_TRUSTED_HOST")

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import ConfigFileError
 from tfdist.mirror import uvconf
-from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView
-from tfdist.mirror.urls import trusted_host
+from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
 
 if TYPE_CHECKING:
     from tfdist.mirror.catalog import Mirror
@@ -162,13 +161,7 @@ class UvRecipe:
         return []
 
     def environment(self, mirror: "Mirror") -> dict[str, str]:
-        env: dict[str, str] = {}
-        if mirror.pip_index:
-            env[ENV_DEFAULT] = mirror.pip_index
-            host = trusted_host(mirror.pip_index)
-            if host:
-                env["UV_INSECURE_HOST"] = host
-        return env
+        return index_environment(mirror, ENV_DEFAULT, "UV_INSECURE_HOST")
 
 
 def parse_show_settings(text: str) -> str | None | bool:
