@@ -131,6 +131,7 @@ def test_credentials_are_masked_everywhere_and_files_are_0600(isolated_home: Pat
                  ["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv", "--dry-run", "--json"],
                  ["use", "corp", "--url", f"corp={url}", "--tool", "pip,uv", "--no-check"],
                  ["status"], ["status", "--json"], ["env", "corp", "--url", f"corp={url}", "--json"],
+                 ["env", "corp", "--url", f"corp={url}", "--dockerfile"],  # refused: ENV would bake it into layers
                  ["use", "corp", "--url", f"corp=https://user:{TOKEN}@[zz]/simple", "--no-check"],
                  ["use", "tuna", "--tool", "pip", "--dry-run"]):  # the diff's "before" side holds the password
         rc, out, err = run(capsys, *args)

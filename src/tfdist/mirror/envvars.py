@@ -5,6 +5,7 @@ from __future__ import annotations
 from tfdist import quote
 from tfdist.errors import UsageError
 from tfdist.mirror.catalog import Mirror
+from tfdist.mirror.urls import has_credentials
 
 
 def mirror_environment(mirror: Mirror) -> dict[str, str]:
@@ -48,6 +49,10 @@ def dockerfile_snippet(mirror: Mirror, env: dict[str, str]) -> str:
     """A Dockerfile ``ENV`` instruction setting ``env`` (one instruction, one layer)."""
     if not env:
         return comment_line(f"{mirror.name}: nothing to set")
+    if any(has_credentials(value) for value in env.values()):
+        raise UsageError("the index URL holds a password, which an ENV instruction would keep in every image layer",
+                         hint="pass it at build time as a secret (RUN --mount=type=secret) instead of --dockerfile",
+                         reference="mirror-dockerfile-secret")
     items = [f"{name}={_dockerfile_value(value)}" for name, value in env.items()]
     body = " \\\n    ".join(items)
     return comment_line(f"Package mirror: {mirror.title} (tfdist mirror env {mirror.name} --dockerfile)") + \
