@@ -186,6 +186,8 @@ UV_CASES: dict[str, tuple[Callable[[Machine], None], str]] = {
     "user-index-table-beats-project-pip-section": (
         lambda m: (m.write(uv_files(m)["user"], index(m.url("A"))),
                    m.write(uv_files(m)["project"], f'[pip]\nindex-url = "{m.url("B")}"\n')), "A"),
+    "pip-section-applies-to-uv-pip-only": (
+        lambda m: m.write(uv_files(m)["project"], f'[pip]\nindex-url = "{m.url("B")}"\n'), "B"),
     "uv-index-url-variable-beats-files": (
         lambda m: (m.write(uv_files(m)["project"], index(m.url("A"))), m.extra.update(UV_INDEX_URL=m.url("B"))),
         "B"),
@@ -208,9 +210,10 @@ def test_uv_precedence(case: str, tmp_path: Path, mirrors) -> None:
     m = Machine(tmp_path, mirrors)
     setup(m)
     m.extra.update(PATH=f"{UV.parent}:/usr/bin:/bin", UV_NO_CACHE="1")
-    model = tool_status("uv", m.paths(), m.env(), m.cwd).commands[0]
-    own = RECIPES["uv"].ask_tool(m.context()).effective[0]
-    assert m.name_of(model.index) == m.name_of(own.index) == expected, (case, model, own)
+    model = {e.command: m.name_of(e.index) for e in tool_status("uv", m.paths(), m.env(), m.cwd).commands}
+    own = {e.command: m.name_of(e.index) for e in RECIPES["uv"].ask_tool(m.context()).effective}
+    assert model == own, (case, model, own)  # 'uv pip' and 'uv lock/sync' both agree with uv --show-settings
+    assert model["uv pip"] == expected, (case, model)
     if expected in NAMES:
         argv = [str(UV), "pip", "compile", "-", "--python-version", "3.11", "--no-header"]
         assert m.contacted(argv) == expected, case

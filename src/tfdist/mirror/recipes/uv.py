@@ -6,8 +6,10 @@ uv's documented precedence (docs.astral.sh/uv/concepts/configuration-files): the
 in the same directory); then ``$XDG_CONFIG_HOME/uv/uv.toml``; then the first of ``$XDG_CONFIG_DIRS/uv/uv.toml`` and
 ``/etc/uv/uv.toml``. ``UV_CONFIG_FILE`` replaces them all, ``UV_NO_CONFIG`` disables them; environment variables
 beat files. Arrays (``[[index]]``) are merged, project first, and uv uses the first ``default = true`` entry; the
-``[[index]]`` entries of every file come before the legacy ``index-url`` settings (checked against uv's own
-``--show-settings`` and against which loopback index ``uv pip compile`` contacts, in the tests).
+``[[index]]`` entries of every file come before the legacy ``index-url`` settings. ``UV_DEFAULT_INDEX`` comes first
+everywhere; ``UV_INDEX_URL`` comes first for ``uv pip`` but, for project commands (``uv lock``/``sync``), only
+replaces the legacy ``index-url`` after every ``[[index]]`` default. (Checked against uv's own ``--show-settings``
+for both interfaces and against which loopback index ``uv pip compile`` contacts, in the tests.)
 """
 from __future__ import annotations
 
@@ -90,9 +92,9 @@ class UvRecipe:
         from tfdist.mirror.catalog import official_pypi_index
 
         env = context.environ
-        for name in (ENV_DEFAULT, ENV_LEGACY):
-            if env.get(name):
-                return [Effective("uv", c, env[name], f"environment variable {name}") for c in COMMANDS]
+        if env.get(ENV_DEFAULT):
+            return [Effective("uv", c, env[ENV_DEFAULT], f"environment variable {ENV_DEFAULT}") for c in COMMANDS]
+        from_env = (env[ENV_LEGACY], f"environment variable {ENV_LEGACY}") if env.get(ENV_LEGACY) else None
         defaults: list[tuple[str, str]] = []
         legacy: dict[str, tuple[str, str]] = {}  # key -> value, source (highest-priority file wins)
         for path in self.files(context):
@@ -116,9 +118,14 @@ class UvRecipe:
                 below = "\n".join(text.split("\n")[header:]) if header else text
                 line = header + _line(below, r"^\s*index-url") if header else 0
                 legacy["pip"] = (str(pip_table["index-url"]), f"{path}:{line} [pip] index-url")
+        if from_env is not None:
+            legacy["index-url"] = from_env  # the variable replaces the files' legacy index-url
         result = []
         for command in COMMANDS:
-            candidates = list(defaults)
+            # `uv pip` puts UV_INDEX_URL first; project commands treat it as the legacy setting, after every
+            # [[index]] default (both read from uv's own --show-settings).
+            candidates = [from_env] if command == PIP_INTERFACE and from_env is not None else []
+            candidates += defaults
             if command == PIP_INTERFACE and "pip" in legacy:
                 candidates.append(legacy["pip"])
             if "index-url" in legacy:
@@ -140,22 +147,25 @@ class UvRecipe:
         return Edit(done.text, tuple(notes), keep_bom=False)
 
     def ask_tool(self, context: Context) -> ToolView:
+        from tfdist.mirror.catalog import official_pypi_index
+
         uv = shutil.which("uv", path=context.environ.get("PATH")) or str(Path(sys.executable).parent / "uv")
         if not Path(uv).exists():
             return ToolView(unavailable="uv is not installed here, so uv's own view was not checked")
-        try:
-            done = subprocess.run([uv, "pip", "compile", "--show-settings", "/dev/null"], env=dict(context.environ),
-                                  cwd=context.cwd, capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return ToolView(unavailable=f"could not run uv ({error})")
-        index = parse_show_settings(done.stdout)
-        if done.returncode != 0 or index is False:
-            return ToolView(unavailable="uv did not report its settings (uv pip compile --show-settings)")
-        if index is None:
-            from tfdist.mirror.catalog import official_pypi_index
-
-            index = official_pypi_index()
-        return ToolView(effective=(Effective("uv", PIP_INTERFACE, index, "uv pip compile --show-settings"),))
+        found = []
+        # --show-settings prints the resolved settings and exits: nothing is resolved, locked or written.
+        for command, argv in ((PIP_INTERFACE, ["pip", "compile", "--show-settings", "/dev/null"]),
+                              (PROJECT, ["lock", "--show-settings"])):
+            try:
+                done = subprocess.run([uv, *argv], env=dict(context.environ), cwd=context.cwd, capture_output=True,
+                                      text=True, timeout=60, check=False)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                return ToolView(unavailable=f"could not run uv ({error})")
+            index = parse_show_settings(done.stdout)
+            if done.returncode != 0 or index is False:
+                return ToolView(unavailable=f"uv did not report its settings (uv {' '.join(argv)})")
+            found.append(Effective("uv", command, index or official_pypi_index(), f"uv {' '.join(argv)}"))
+        return ToolView(effective=tuple(found))
 
     def followups(self) -> list[str]:
         return []
