@@ -184,8 +184,3 @@ def _join(lines: list[_Line], original: str) -> str:
     if not text.endswith("\n"):
         text += "\n"
     return text
-
-
-def global_index(text: str, path: Path) -> str | None:
-    """Return ``[global] index-url`` of a pip.conf, or ``None``."""
-    return parse(text, path).get("global", {}).get("index-url")
