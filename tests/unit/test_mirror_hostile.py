@@ -42,6 +42,10 @@ HOSTILE_URLS = [
     "https://u:p@h.test/simple\\x",
     "https://h.test/simple%0Aextra",
     "https://h.test/${HOME}/simple",
+    GOOD + "$(id)",  # valid URL characters that mean something to a shell: must round-trip, never run
+    GOOD + ";id",
+    GOOD + "&x=$HOME",
+    "https://u:p%40ss@h.test/simple",
 ]
 
 pytestmark = pytest.mark.usefixtures("loopback_only", "real_config_untouched")
