@@ -8,30 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.mirror.conftest_helpers import real_config_digest, start_mirror
+from tests.fixtures.mirror.conftest_helpers import start_mirror
 from tests.fixtures.mirror.loopback import Behaviour
-from tfdist.cli.main import main
 from tfdist.mirror.catalog import get_mirror
+from tests.fixtures.mirror.conftest_helpers import (  # noqa: F401  (fixtures)
+    loopback_only, own_venv, real_config_untouched)
+from tests.fixtures.mirror.conftest_helpers import run_mirror as run
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _real_config_untouched():
-    before = real_config_digest()
-    yield
-    assert real_config_digest() == before
-
-
-@pytest.fixture(autouse=True)
-def _own_venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The site scope must point into the test's folder, never at the repository's .venv.
-    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / "venv"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no conda on PATH: conda is only switched when asked
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["mirror", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
+pytestmark = pytest.mark.usefixtures("loopback_only", "own_venv", "real_config_untouched")
 
 
 def test_list_json_has_every_mirror(capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,14 +45,16 @@ def test_use_status_restore_round_trip(capsys: pytest.CaptureFixture[str], isola
     pip_conf.parent.mkdir(parents=True)
     original = b"# keep me\n[global]\ntimeout = 30\n"
     pip_conf.write_bytes(original)
-    rc, out, _ = run(capsys, "use", "aliyun", "--tool", "pip,uv,conda", "--json")
+    rc, out, _ = run(capsys, "use", "aliyun", "--no-check", "--tool", "pip,uv,conda", "--json")
     document = json.loads(out)
     assert rc == 0 and document["schema"] == "tfdist.mirror.use" and document["applied"]
     assert {c["tool"] for c in document["changes"]} == {"pip", "uv", "conda"}
     assert any("conda clean -i" in line for line in document["followups"])
     rc, out, _ = run(capsys, "status", "--json")
     status = {t["tool"]: t for t in json.loads(out)["tools"]}
-    assert status["pip"]["mirror"] == "aliyun" and status["pip"]["source"] == str(pip_conf)
+    assert json.loads(out)["schema_version"] == 2
+    assert status["pip"]["mirror"] == "aliyun" and status["pip"]["source"] == f"{pip_conf}:4 [global]"
+    assert [c["command"] for c in status["pip"]["commands"]] == ["install", "download", "wheel", "index"]
     assert status["uv"]["mirror"] == "aliyun" and status["conda"]["mirror"] == "aliyun"
     assert len(json.loads(out)["backups"]) == 3
     rc, out, _ = run(capsys, "restore", "--tool", "pip")
@@ -85,7 +71,7 @@ def test_bad_config_is_one_line_exit_2_and_untouched(capsys: pytest.CaptureFixtu
     uv_toml = isolated_home / ".config" / "uv" / "uv.toml"
     uv_toml.parent.mkdir(parents=True)
     uv_toml.write_bytes(b"[[index]\n")
-    rc, out, err = run(capsys, "use", "tuna")
+    rc, out, err = run(capsys, "use", "tuna", "--no-check")
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("tfdist mirror use: error:") and "not valid TOML" in err
     assert uv_toml.read_bytes() == b"[[index]\n"
@@ -102,13 +88,13 @@ def test_unknown_mirror_and_bad_flags_exit_2(capsys: pytest.CaptureFixture[str])
 
 
 def test_global_scope_under_an_alternative_root(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    rc, _, _ = run(capsys, "use", "ustc", "--scope", "global", "--tool", "pip", "--root", str(tmp_path / "img"))
+    rc, _, _ = run(capsys, "use", "ustc", "--no-check", "--scope", "global", "--tool", "pip", "--root", str(tmp_path / "img"))
     assert rc == 0
     assert "mirrors.ustc.edu.cn" in (tmp_path / "img" / "etc" / "pip.conf").read_text()
 
 
 def test_site_scope_writes_the_environment_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    rc, out, _ = run(capsys, "use", "nju", "--scope", "site")
+    rc, out, _ = run(capsys, "use", "nju", "--no-check", "--scope", "site")
     assert rc == 0 and "uv: skipped" in out
     assert "mirror.nju.edu.cn" in (tmp_path / "venv" / "pip.conf").read_text()
 
@@ -172,7 +158,7 @@ def test_probe_with_nothing_reachable_exits_1(capsys: pytest.CaptureFixture[str]
 def test_env_twin_selects_the_tool(capsys: pytest.CaptureFixture[str], isolated_home: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFDIST_MIRROR_USE_TOOL", "uv")
-    rc, out, _ = run(capsys, "use", "pku")
+    rc, out, _ = run(capsys, "use", "pku", "--no-check")
     assert rc == 0 and "uv: created" in out and "pip:" not in out
     assert (isolated_home / ".config" / "uv" / "uv.toml").exists()
     assert not (isolated_home / ".config" / "pip" / "pip.conf").exists()

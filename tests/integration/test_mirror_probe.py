@@ -9,6 +9,9 @@ import pytest
 from tests.fixtures.mirror.conftest_helpers import real_config_digest, start_mirror
 from tests.fixtures.mirror.loopback import Behaviour, self_signed_tls
 from tfdist.mirror.probe import ProbeConfig, ProbeTarget, fastest, probe_all, rank
+from tests.fixtures.mirror.conftest_helpers import loopback_only  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -13,6 +13,7 @@ from tfdist.errors import ConfigFileError, UsageError
 from tfdist.mirror.backup import BackupStore
 from tfdist.mirror.catalog import get_mirror, parse_adhoc
 from tfdist.mirror.paths import ConfigPaths
+from tfdist.mirror.recipes import RECIPES
 from tfdist.mirror.switch import SwitchRequest, apply, plan
 
 TUNA = get_mirror("tuna")
@@ -108,7 +109,7 @@ def test_pip_bad_files_are_left_untouched(tmp_path: Path, case: str) -> None:
 @pytest.mark.parametrize("tool", ["pip", "uv", "conda"])
 def test_read_only_file_is_refused(tmp_path: Path, tool: str) -> None:
     paths = make_paths(tmp_path)
-    target = paths.file_for(tool, "user")  # type: ignore[arg-type]
+    target = RECIPES[tool].target(paths, "user")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"")
     target.chmod(0o444)
@@ -120,7 +121,7 @@ def test_read_only_file_is_refused(tmp_path: Path, tool: str) -> None:
 @pytest.mark.parametrize("tool", ["pip", "uv", "conda"])
 def test_directory_instead_of_file_is_refused(tmp_path: Path, tool: str) -> None:
     paths = make_paths(tmp_path)
-    target = paths.file_for(tool, "user")  # type: ignore[arg-type]
+    target = RECIPES[tool].target(paths, "user")
     target.mkdir(parents=True)
     with pytest.raises(ConfigFileError, match="is a directory"):
         switch(paths, tool)
@@ -130,7 +131,7 @@ def test_directory_instead_of_file_is_refused(tmp_path: Path, tool: str) -> None
 @pytest.mark.parametrize("tool", ["pip", "uv", "conda"])
 def test_missing_parent_directories_are_created(tmp_path: Path, tool: str) -> None:
     paths = make_paths(tmp_path, CONDARC=str(tmp_path / "deep" / "er" / ".condarc"))
-    target = paths.file_for(tool, "user")  # type: ignore[arg-type]
+    target = RECIPES[tool].target(paths, "user")
     assert not target.parent.exists()
     switch(paths, tool)
     assert "tuna.tsinghua.edu.cn" in target.read_text()

@@ -30,7 +30,7 @@ def test_pip_status_follows_pips_precedence(tmp_path: Path) -> None:
     assert pip_status(paths, env).mirror == "nju"  # the XDG user file overrides the legacy one
     write(paths.pip_site_file(), "[global]\nindex-url = https://mirrors.pku.edu.cn/pypi/web/simple\n")
     status = pip_status(paths, env)
-    assert status.mirror == "pku" and status.source == str(paths.pip_site_file())
+    assert status.mirror == "pku" and status.source == f"{paths.pip_site_file()}:2 [global]"
     assert pip_status(paths, {**env, "PIP_INDEX_URL": "https://corp.test/simple"}).source.endswith("PIP_INDEX_URL")
 
 

@@ -6,7 +6,6 @@ the commands so ``tfdist --help`` stays fast.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,42 +24,16 @@ def _paths(root: str | None) -> Any:
     return ConfigPaths.from_env(root=Path(root) if root else None)
 
 
-def _targets(only: str | None, urls: tuple[str, ...], allow_insecure: bool) -> tuple[list[Any], dict[str, Any]]:
-    from tfdist.errors import UsageError
+def _mirrors(only: str | None, urls: tuple[str, ...], allow_insecure: bool) -> tuple[list[Any], dict[str, Any]]:
     from tfdist.mirror.catalog import get_mirror, load_catalog, parse_adhoc
-    from tfdist.mirror.probe import ProbeTarget
 
     extra = parse_adhoc(urls, allow_insecure=allow_insecure)
     if only:
         names = [n.strip().lower() for n in only.split(",") if n.strip()]
-        mirrors = [get_mirror(n, extra) for n in names]
+        mirrors = list({m.name: m for m in (get_mirror(n, extra) for n in names)}.values())
     else:
         mirrors = [*load_catalog().values(), *extra.values()]
-    targets = [ProbeTarget(m.name, m.pip_index) for m in mirrors if m.pip_index]
-    if not targets:
-        raise UsageError("no mirror to probe", hint="check --only")
-    return targets, extra
-
-
-def _probe(targets: list[Any], timeout: float, allow_insecure: bool, max_bytes: int | None, live: bool) -> Any:
-    from tfdist.errors import UsageError
-    from tfdist.mirror.catalog import probe_defaults
-    from tfdist.mirror.probe import ProbeConfig, ProbeReport, probe_all
-
-    if not 0 < timeout <= 600:
-        raise UsageError(f"--timeout {timeout} is out of range", hint="give seconds between 0 and 600")
-    defaults = probe_defaults()
-    config = ProbeConfig(timeout=timeout, project=defaults.project, max_bytes=max_bytes or defaults.max_bytes,
-                         allow_insecure=allow_insecure)
-    started = time.monotonic()
-    if live and sys.stdout.isatty():
-        from tfdist.mirror.render import LiveProgress
-
-        with LiveProgress() as progress:
-            results = probe_all(targets, config, on_update=progress.update)
-    else:
-        results = probe_all(targets, config)
-    return ProbeReport(results=tuple(results), wall_s=time.monotonic() - started, timeout=timeout)
+    return mirrors, extra
 
 
 @click.group(name="mirror")
@@ -86,22 +59,31 @@ def list_command(as_json: bool) -> int:
 @command.command(name="test")
 @option("--only", metavar="A,B", help="Probe only these mirrors (comma-separated names).")
 @option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
+@option("--package", metavar="NAME==VERSION", help="Rank by the time to the first MiB of this exact release's wheel "
+        "(the one pip would pick on this machine), e.g. tensorflow==2.21.0.")
+@option("--sync-status", "sync", multiple=True, metavar="NAME=FORMAT:URL",
+        help="Where an ad-hoc mirror publishes its sync state (FORMAT: tunasync or mirrorz).")
 @option("--timeout", type=float, default=5.0, show_default=True, help="Seconds for the whole probe (run concurrently).")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--max-bytes", type=click.IntRange(min=1), default=None, hidden=True, help="Download bound per mirror.")
 @option("--json", "as_json", is_flag=True, help="Print the ranked results as versioned JSON.")
-def test_command(only: str | None, url: tuple[str, ...], timeout: float, allow_insecure: bool,
-                 max_bytes: int | None, as_json: bool) -> int:
-    """Probe mirrors concurrently (first-byte latency, throughput, errors) and rank them."""
+def test_command(only: str | None, url: tuple[str, ...], package: str | None, sync: tuple[str, ...], timeout: float,
+                 allow_insecure: bool, max_bytes: int | None, as_json: bool) -> int:
+    """Probe mirrors concurrently (first-byte latency, throughput, sync age, errors) and rank them."""
+    from tfdist.mirror import speedtest
+    from tfdist.mirror.catalog import parse_sync_specs
+    from tfdist.mirror.probe import parse_pin
     from tfdist.mirror.render import print_results, result_rows
 
-    targets, _ = _targets(only, url, allow_insecure)
-    report = _probe(targets, timeout, allow_insecure, max_bytes, live=not as_json)
+    pin = parse_pin(package) if package else None
+    mirrors, _ = _mirrors(only, url, allow_insecure)
+    config = speedtest.config_for(timeout, allow_insecure, max_bytes, pin)
+    report = speedtest.run(mirrors, config, parse_sync_specs(sync, allow_insecure=allow_insecure), live=not as_json)
     if as_json:
-        emit_json("mirror.test", {"timeout_s": timeout, "wall_s": round(report.wall_s, 3),
-                                  "results": result_rows(report.results)})
+        emit_json("mirror.test", {"timeout_s": timeout, "wall_s": round(report.wall_s, 3), "package": package,
+                                  "results": result_rows(report.results, report.extra)})
     else:
-        print_results(report.results, report.wall_s)
+        print_results(report.results, report.wall_s, report.extra, package=package)
     return ExitStatus.SUCCESS if any(r.usable for r in report.results) else ExitStatus.ERROR
 
 
@@ -113,29 +95,33 @@ def test_command(only: str | None, url: tuple[str, ...], timeout: float, allow_i
 @option("--dry-run", is_flag=True, help="Print a diff of each file and write nothing.")
 @option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
 @option("--only", metavar="A,B", help="With 'fastest': probe only these mirrors.")
-@option("--timeout", type=float, default=5.0, show_default=True, help="With 'fastest': seconds for the probe.")
+@option("--timeout", type=float, default=5.0, show_default=True, help="Seconds for the probe (or the check).")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
 @option("--root", type=click.Path(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
+@option("--no-check", is_flag=True, help="Switch without first checking that the mirror answers and serves files.")
+@option("--no-verify", is_flag=True, help="Do not ask pip, uv and conda themselves afterwards which index they use.")
 @option("--json", "as_json", is_flag=True, help="Print what was (or would be) changed as versioned JSON.")
 def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tuple[str, ...], only: str | None,
-                timeout: float, allow_insecure: bool, root: str | None, as_json: bool) -> int:
+                timeout: float, allow_insecure: bool, root: str | None, no_check: bool, no_verify: bool,
+                as_json: bool) -> int:
     """Switch pip, uv and conda to mirror NAME (or the fastest one), backing up every file first."""
     from tfdist.errors import TfdistError
     from tfdist.mirror.catalog import check_url, get_mirror, parse_adhoc
     from tfdist.mirror.paths import parse_tools
     from tfdist.mirror.probe import fastest
     from tfdist.mirror.render import print_results, print_switch, result_rows, switch_data
-    from tfdist.mirror.switch import SwitchRequest, apply, plan
+    from tfdist.mirror import speedtest
+    from tfdist.mirror.switch import SwitchRequest, apply, plan, verify
 
     paths = _paths(root)
     wanted_tools = parse_tools(tool)
     probe_rows: list[dict[str, Any]] | None = None
     if name.strip().lower() == "fastest":
-        targets, extra = _targets(only, url, allow_insecure)
-        report = _probe(targets, timeout, allow_insecure, None, live=not as_json)
+        mirrors, extra = _mirrors(only, url, allow_insecure)
+        report = speedtest.run(mirrors, speedtest.config_for(timeout, allow_insecure), live=not as_json)
         if not as_json:
-            print_results(report.results, report.wall_s)
-        probe_rows = result_rows(report.results)
+            print_results(report.results, report.wall_s, report.extra)
+        probe_rows = result_rows(report.results, report.extra)
         best = fastest(report.results)
         if best is None:
             raise TfdistError("no mirror answered the speed test", hint="check the network or raise --timeout",
@@ -143,18 +129,26 @@ def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tup
         mirror = get_mirror(best.name, extra)
     else:
         mirror = get_mirror(name, parse_adhoc(url, allow_insecure=allow_insecure))
-    if mirror.pip_index:
-        check_url(mirror.pip_index, allow_insecure=allow_insecure)
+        if mirror.pip_index:
+            check_url(mirror.pip_index, allow_insecure=allow_insecure)
+        if not (dry_run or no_check):  # the fastest one has just been probed
+            speedtest.check_before_use(mirror, speedtest.config_for(timeout, allow_insecure).timeout, allow_insecure)
     request = SwitchRequest(mirror=mirror, tools=wanted_tools, scope=scope, dry_run=dry_run)  # type: ignore[arg-type]
     result = plan(request, paths)
     if not dry_run:
         result = apply(result, paths)
+        if root:  # files for another root (an image being built): this machine's tools cannot read them
+            from dataclasses import replace
+
+            result = replace(result, unverified=(f"--root {root}: the tools here do not read those files",))
+        elif not no_verify:
+            result = verify(result, paths)
     if as_json:
         extra = {"probe": probe_rows} if probe_rows is not None else {}
         emit_json("mirror.use", {"dry_run": dry_run, **switch_data(result), **extra})
     else:
         print_switch(result, dry_run=dry_run)
-    return ExitStatus.SUCCESS
+    return ExitStatus.SUCCESS if result.took_effect else ExitStatus.ERROR
 
 
 @command.command(name="restore")
@@ -170,7 +164,8 @@ def restore_command(tool: str | None, dry_run: bool, as_json: bool) -> int:
     actions = BackupStore(_paths(None)).restore(parse_tools(tool), dry_run=dry_run)
     if as_json:
         emit_json("mirror.restore", {"dry_run": dry_run, "files": [
-            {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note} for a in actions]})
+            {"tool": a.entry.tool, "path": a.entry.path, "action": a.action, "note": a.note, "kept": a.kept}
+            for a in actions]})
     else:
         print_restore(actions, dry_run=dry_run)
     return ExitStatus.SUCCESS
@@ -188,7 +183,9 @@ def status_command(as_json: bool) -> int:
     statuses = all_status(paths)
     backups = [e.__dict__ for e in BackupStore(paths).entries().values()]
     if as_json:
-        emit_json("mirror.status", status_data(statuses, backups))
+        from tfdist.mirror.render import STATUS_SCHEMA_VERSION
+
+        emit_json("mirror.status", status_data(statuses, backups), version=STATUS_SCHEMA_VERSION)
     else:
         print_status(statuses, backups)
     return ExitStatus.SUCCESS
@@ -208,9 +205,11 @@ def env_command(name: str, dockerfile: bool, url: tuple[str, ...], allow_insecur
     mirror = get_mirror(name, parse_adhoc(url, allow_insecure=allow_insecure))
     env = mirror_environment(mirror)
     if as_json:
-        emit_json("mirror.env", {"mirror": mirror.name, "environment": env})
+        from tfdist.mirror.urls import mask_data
+
+        emit_json("mirror.env", {"mirror": mirror.name, "environment": mask_data(env)})
     elif dockerfile:
         sys.stdout.write(dockerfile_snippet(mirror, env))
     else:
-        sys.stdout.write(f"# {mirror.title}\n" + shell_lines(env))
+        sys.stdout.write(shell_lines(env, mirror.title))
     return ExitStatus.SUCCESS

@@ -11,12 +11,11 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
-
 from tfdist.errors import UsageError
+from tfdist.mirror.urls import check_url
 
 OFFICIAL = "official"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,39}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 
 
 @dataclass(frozen=True)
@@ -32,6 +31,8 @@ class Mirror:
         notes: caveats worth showing to a user.
         sources: where the URLs were checked.
         adhoc: True for a mirror given with ``--url NAME=URL`` rather than taken from the catalog.
+        aliases: other names users type for it (``tsinghua`` for ``tuna``).
+        sync_status: where it publishes its PyPI sync state, or ``None``.
     """
 
     name: str
@@ -42,6 +43,8 @@ class Mirror:
     notes: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     adhoc: bool = False
+    aliases: tuple[str, ...] = ()
+    sync_status: "SyncSource | None" = None
 
     def __hash__(self) -> int:  # dict field: hash on the identity that matters
         return hash((self.name, self.pip_index))
@@ -55,6 +58,19 @@ class Mirror:
     def is_official(self) -> bool:
         """Whether this is pip's built-in default index."""
         return self.name == OFFICIAL and not self.adhoc
+
+
+@dataclass(frozen=True)
+class SyncSource:
+    """Where a mirror publishes its sync state: ``format`` (``tunasync`` or ``mirrorz``), ``url``, and the job
+    (``name`` in tunasync, ``cname`` in mirrorz) that holds PyPI."""
+
+    format: str
+    url: str
+    name: str = "pypi"
+
+
+SYNC_FORMATS = ("tunasync", "mirrorz")
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,8 @@ def load_catalog() -> dict[str, Mirror]:
             conda_custom_channels=dict(entry.get("conda_custom_channels", {})),
             notes=tuple(entry.get("notes", ())),
             sources=tuple(entry.get("sources", ())),
+            aliases=tuple(entry.get("aliases", ())),
+            sync_status=SyncSource(**entry["sync_status"]) if entry.get("sync_status") else None,
         )
     mirrors[OFFICIAL] = Mirror(
         name=OFFICIAL,
@@ -145,6 +163,9 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
     catalog = load_catalog()
     if key in catalog:
         return catalog[key]
+    for mirror in catalog.values():
+        if key in mirror.aliases:
+            return mirror
     known = ", ".join([*catalog, *(extra or {})])
     raise UsageError(
         f"unknown mirror {name!r}",
@@ -153,45 +174,24 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
     )
 
 
-def check_url(url: str, *, allow_insecure: bool = False, what: str = "mirror URL") -> str:
-    """Validate an index URL: absolute http(s) with a host; https unless ``allow_insecure``.
-
-    Returns:
-        The URL without a trailing slash.
-
-    Raises:
-        UsageError: the URL is malformed, or plain http without ``allow_insecure``.
-    """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{what} {url!r} is not an http(s) URL", hint="give e.g. https://host/simple")
-    if parts.scheme == "http" and not allow_insecure:
-        raise UsageError(
-            f"{what} {url!r} uses plain http",
-            hint="use https, or pass --allow-insecure if you accept unauthenticated downloads",
-            reference="mirror-insecure-url",
-        )
-    return url.strip().rstrip("/")
-
-
 def parse_adhoc(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = False) -> dict[str, Mirror]:
     """Turn ``NAME=URL`` strings (from ``--url``) into ad-hoc pip/uv mirrors.
 
     Raises:
         UsageError: malformed spec, invalid name, a name that shadows the catalog, or an insecure URL.
     """
-    catalog_names = set(_raw_catalog()["mirrors"]) | {OFFICIAL}
+    catalog_names = {OFFICIAL} | {n for m in load_catalog().values() for n in (m.name, *m.aliases)}
     result: dict[str, Mirror] = {}
     for spec in specs:
         name, sep, url = spec.partition("=")
-        name = name.strip().lower()
-        if not sep or not url.strip():
+        name = name.lower()
+        if not sep or not url:
             raise UsageError(f"--url {spec!r} is not NAME=URL", hint="e.g. --url corp=https://pypi.corp/simple")
-        if not _NAME.match(name):
-            raise UsageError(f"mirror name {name!r} is invalid", hint="use lowercase letters, digits, '-', '_', '.'")
+        if not _NAME.fullmatch(name):
+            raise UsageError(f"--url: mirror name {name!r} is invalid", hint="use lowercase letters, digits, '-', '_', '.'")
         if name in catalog_names or name in result:
             raise UsageError(f"mirror name {name!r} is already taken", hint="pick another name for --url")
-        clean = check_url(url, allow_insecure=allow_insecure)
+        clean = check_url(url, allow_insecure=allow_insecure, what="--url")
         result[name] = Mirror(name=name, title=clean, pip_index=clean, adhoc=True)
     return result
 
@@ -214,3 +214,24 @@ def known_conda_bases() -> set[str]:
         bases.update(url.rstrip("/") for url in mirror.conda_custom_channels.values())
         bases.update(url.rstrip("/") for url in mirror.conda_default_channels)
     return bases
+
+
+def parse_sync_specs(specs: tuple[str, ...] | list[str], *, allow_insecure: bool = False) -> dict[str, SyncSource]:
+    """Turn ``NAME=FORMAT:URL`` strings (from ``--sync-status``) into status sources, e.g.
+    ``corp=tunasync:https://mirrors.corp/static/tunasync.json``; the PyPI job is assumed to be named ``pypi``.
+
+    Raises:
+        UsageError: malformed spec, unknown format, or an invalid URL.
+    """
+    result: dict[str, SyncSource] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        form, colon, url = rest.partition(":")
+        name = name.lower()
+        if not sep or not colon or not _NAME.fullmatch(name):
+            raise UsageError(f"--sync-status {spec!r} is not NAME=FORMAT:URL",
+                             hint="e.g. --sync-status corp=tunasync:https://mirrors.corp/static/tunasync.json")
+        if form not in SYNC_FORMATS:
+            raise UsageError(f"--sync-status: unknown format {form!r}", hint=f"use one of {', '.join(SYNC_FORMATS)}")
+        result[name] = SyncSource(form, check_url(url, allow_insecure=allow_insecure, what="--sync-status"))
+    return result

@@ -29,6 +29,8 @@ class TextFile:
         bom: whether the file started with a UTF-8 byte-order mark.
         newline: the line ending to write back (``"\\r\\n"`` when the file used CRLF).
         mode: permission bits of the existing file.
+        uid: owner of the existing file (kept when the file is replaced).
+        gid: group of the existing file.
     """
 
     path: Path
@@ -38,6 +40,8 @@ class TextFile:
     bom: bool = False
     newline: str = "\n"
     mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -111,7 +115,7 @@ def read_text_file(path: Path) -> TextFile:
     newline = "\r\n" if "\r\n" in decoded else "\n"
     text = decoded.replace("\r\n", "\n")
     return TextFile(path=path, real=real, raw=raw, text=text, bom=bom, newline=newline,
-                    mode=stat.S_IMODE(info.st_mode))
+                    mode=stat.S_IMODE(info.st_mode), uid=info.st_uid, gid=info.st_gid)
 
 
 def check_writable(file: TextFile) -> None:
@@ -138,16 +142,43 @@ def check_writable(file: TextFile) -> None:
                     "run with the needed rights or choose --scope user", "mirror-config-not-writable")
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
+def _nearest_directory(path: Path) -> Path:
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor.parent != ancestor:
+        ancestor = ancestor.parent
+    return ancestor
+
+
+def _make_parents(directory: Path, owner: tuple[int, int] | None) -> None:
+    """``mkdir -p`` that gives each created directory ``owner`` (so root never leaves root-owned folders in a
+    user's home)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists() and current.parent != current:
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        folder.mkdir(exist_ok=True)
+        if owner is not None:
+            os.chown(folder, *owner)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, owner: tuple[int, int] | None = None) -> None:
     """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, then rename.
 
-    Missing parent directories are created. The previous permission bits are kept (new files get 0644).
+    Missing parent directories are created. The previous permission bits are kept (new files get 0644), and so
+    are owner and group: ``owner`` is the (uid, gid) to give the file; ``None`` means "the owner of the nearest
+    existing directory" when running as root (a file written into another user's home stays theirs), else the
+    caller.
 
     Raises:
         ConfigFileError: the write failed; the original file is untouched.
     """
+    if owner is None and os.geteuid() == 0:
+        info = _nearest_directory(path).stat()
+        owner = (info.st_uid, info.st_gid)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(path.parent, owner)
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tfdist-tmp", dir=path.parent)
     except OSError as error:
         raise _fail(path, f"cannot be written ({error.strerror})", "check the directory's permissions",
@@ -157,7 +188,9 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temporary, 0o644 if mode is None else mode)
+        if owner is not None and (owner[0] != os.geteuid() or owner[1] != os.getegid()):
+            os.chown(temporary, *owner)
+        os.chmod(temporary, 0o644 if mode is None else mode)  # after chown, which may clear set-id bits
         os.replace(temporary, path)
     except OSError as error:
         try:
@@ -176,6 +209,20 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
         pass
     finally:
         os.close(directory)
+
+
+def read_current(path: Path) -> bytes | None:
+    """The bytes on disk now (``None`` if missing), to detect a change made since the file was planned.
+
+    Raises:
+        ConfigFileError: the file exists but cannot be read.
+    """
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise _fail(path, f"cannot be read ({error.strerror})", "check its permissions", "mirror-config-unreadable")
 
 
 def sha256(data: bytes | None) -> str | None:

@@ -200,9 +200,6 @@ class ConfigPaths:
         seen: set[Path] = set()
         return [f for f in files if not (f in seen or seen.add(f))]
 
-    def file_for(self, tool: Tool, scope: Scope) -> Path:
-        """The file ``tool`` reads for ``scope``."""
-        return {"pip": self.pip_file, "uv": self.uv_file, "conda": self.conda_file}[tool](scope)
 
 
 def _conda_root(env: Mapping[str, str]) -> Path | None:

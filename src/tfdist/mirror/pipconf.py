@@ -11,9 +11,9 @@ import configparser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
-
+from tfdist import quote
 from tfdist.errors import ConfigFileError
+from tfdist.mirror.urls import trusted_host
 
 _SECTION = re.compile(r"\[(?P<header>.+)\]")  # configparser.RawConfigParser.SECTCRE
 _OPTION = re.compile(r"(?P<option>.*?)\s*(?P<vi>[=:])\s*(?P<value>.*)$")  # configparser.OPTCRE, anchored
@@ -98,56 +98,74 @@ class PipEdit:
     notes: tuple[str, ...] = ()
 
 
-def set_index(text: str, url: str, path: Path) -> PipEdit:
+def index_lines(text: str, path: Path) -> dict[str, tuple[str, int]]:
+    """``{section: (index-url value, 1-based line)}`` for every section of a pip.conf that sets ``index-url``.
+
+    Raises:
+        ConfigFileError: pip could not parse the file.
+    """
+    values = parse(text, path)
+    found: dict[str, tuple[str, int]] = {}
+    for number, line in enumerate(_classify(text), start=1):
+        if line.kind == "option" and line.key == "index-url" and line.section is not None:
+            found[line.section] = (values[line.section]["index-url"], number)
+    return found
+
+
+def set_index(text: str, url: str, path: Path, command_sections: tuple[str, ...] = ()) -> PipEdit:
     """Set ``[global] index-url`` to ``url`` (and ``trusted-host`` for a plain-http URL), keeping everything else.
 
     Args:
         text: the file's current text (``\\n`` line endings, no BOM).
         url: the new index URL.
         path: the file, for messages.
+        command_sections: command sections (``install``, ``download``...) whose ``index-url`` must be set too,
+            because pip reads a command's own section after ``[global]``, from every file.
 
     Raises:
         ConfigFileError: pip could not parse the current file.
     """
+    url = quote.ini_value(url, "index-url")  # validated already; refuse anything configparser would change
     values = parse(text, path)
     notes: list[str] = []
-    for section, options in values.items():
-        if section != "global" and "index-url" in options:
-            notes.append(f"[{section}] index-url in {path} overrides [global] for 'pip {section}'")
+    sections = {s for s, options in values.items() if s != "global" and "index-url" in options}
+    sections |= set(command_sections)
     lines = _classify(text) if text else []
     lines = _set_option(lines, "index-url", url)
-    parts = urlsplit(url)
-    if parts.scheme == "http" and parts.hostname:
+    for section in sorted(sections):
+        lines = _set_option(lines, "index-url", url, section)
+        notes.append(f"set [{section}] index-url too: pip reads it after [global] for 'pip {section}'")
+    host = trusted_host(url)
+    if host:
         trusted = values.get("global", {}).get("trusted-host", "")
         hosts = trusted.split()
-        host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
         if host not in hosts:
             lines = _set_option(lines, "trusted-host", " ".join([*hosts, host]))
             notes.append(f"added {host} to trusted-host because the index uses plain http")
     return PipEdit(text=_join(lines, text), notes=tuple(notes))
 
 
-def _set_option(lines: list[_Line], key: str, value: str) -> list[_Line]:
+def _set_option(lines: list[_Line], key: str, value: str, section: str = "global") -> list[_Line]:
     out: list[_Line] = []
     done = False
     for line in lines:
-        if line.section == "global" and line.key == key and line.kind in ("option", "continuation"):
+        if line.section == section and line.key == key and line.kind in ("option", "continuation"):
             if line.kind == "option" and not done:
-                out.append(_Line("option", _option_line(line.text, value), "global", key))
+                out.append(_Line("option", _option_line(line.text, value), section, key))
                 done = True
             continue  # drop continuation lines of the old value (and any later duplicate, impossible after parse)
         out.append(line)
     if done:
         return out
-    new = _Line("option", f"{key} = {value}", "global", key)
-    headers = [i for i, line in enumerate(out) if line.kind == "section" and line.section == "global"]
+    new = _Line("option", f"{key} = {value}", section, key)
+    headers = [i for i, line in enumerate(out) if line.kind == "section" and line.section == section]
     if not headers:
-        # Like `pip config set`: a new [global] section at the end, separated by a blank line.
+        # Like `pip config set`: a new section at the end, separated by a blank line.
         while out and out[-1].kind == "blank" and out[-1].text == "":
             out.pop()
         if out:
             out.append(_Line("blank", "", None))
-        out += [_Line("section", "[global]", "global"), new]
+        out += [_Line("section", f"[{section}]", section), new]
         return out
     start = headers[0]
     last = start
@@ -166,8 +184,3 @@ def _join(lines: list[_Line], original: str) -> str:
     if not text.endswith("\n"):
         text += "\n"
     return text
-
-
-def global_index(text: str, path: Path) -> str | None:
-    """Return ``[global] index-url`` of a pip.conf, or ``None``."""
-    return parse(text, path).get("global", {}).get("index-url")

@@ -8,6 +8,7 @@ still running at the deadline is judged on what it managed so far.
 """
 from __future__ import annotations
 
+import base64
 import http.client
 import socket
 import ssl
@@ -16,11 +17,12 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field, replace
-from html.parser import HTMLParser
 from typing import Callable, Sequence
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from tfdist import __version__
+from tfdist.mirror.pages import PackagePin, parse_pin, pick_pinned, pick_wheel  # noqa: F401 (parse_pin re-exported)
+from tfdist.mirror.urls import split_credentials
 
 CHUNK = 64 * 1024
 PAGE_LIMIT = 16 * 1024 * 1024
@@ -29,6 +31,7 @@ PAGE_LIMIT = 16 * 1024 * 1024
 # bandwidth dominates, but a mirror with a much longer round trip still loses to one of equal bandwidth.
 REFERENCE_REQUESTS = 20
 REFERENCE_BYTES = 64 * 1024 * 1024
+FIRST_BYTES = 1024 * 1024  # --package: time to the first MiB of the wheel users will really download
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class ProbeConfig:
         allow_insecure: allow plain-http URLs and https->http redirects.
         ssl_context: TLS settings (default: the system trust store; certificates are always verified).
         check_metadata: also check the advertised PEP 658 ``.metadata`` file.
+        package: when set, measure this exact release instead (``--package NAME==VERSION``): the wheel of that
+            version that best fits this machine, timed from the request to its first ``first_bytes``.
+        first_bytes: how much of the package's wheel to time (1 MiB).
     """
 
     timeout: float = 5.0
@@ -58,6 +64,8 @@ class ProbeConfig:
     allow_insecure: bool = False
     ssl_context: ssl.SSLContext | None = None
     check_metadata: bool = True
+    package: "PackagePin | None" = None
+    first_bytes: int = FIRST_BYTES
 
 
 @dataclass(frozen=True)
@@ -79,21 +87,12 @@ class ProbeResult:
     error: str | None = None
     warnings: tuple[str, ...] = ()
     estimate_s: float | None = None
+    first_mib_s: float | None = None  # --package: seconds from the file request to its first MiB (or its end)
 
     @property
     def usable(self) -> bool:
         """Whether pip/uv could use this mirror (its index page answered)."""
         return self.status in ("ok", "partial")
-
-
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links.append(dict(attrs))
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
@@ -105,7 +104,22 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         if not self.allow_insecure and urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
             raise urllib.error.URLError(f"refused redirect from https to {urlsplit(newurl).scheme}")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")  # credentials go to the index's own origin only
+        return new
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.rsplit("@", 1)[-1].lower()
+
+
+def _basic_auth(credentials: tuple[str, str] | None) -> dict[str, str]:
+    if credentials is None:
+        return {}
+    token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode("utf-8")).decode("ascii")
+    return {"Authorization": f"Basic {token}"}
 
 
 class _Probe:
@@ -171,43 +185,44 @@ def _describe(error: BaseException) -> str:
     return str(reason)
 
 
-def _pick_wheel(page: bytes, page_url: str) -> tuple[str | None, bool]:
-    """Return the newest wheel's URL on a PEP 503 page (the last .whl link) and whether it advertises metadata."""
-    parser = _Links()
-    parser.feed(page.decode("utf-8", errors="replace"))
-    chosen: tuple[str | None, bool] = (None, False)
-    for attrs in parser.links:
-        href = attrs.get("href") or ""
-        path = urlsplit(href).path
-        if path.endswith(".whl"):
-            advertised = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
-            has_metadata = advertised is not None and advertised.lower() != "false"
-            parts = urlsplit(urljoin(page_url, href))
-            chosen = (urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, "")), has_metadata)
-    return chosen
-
-
 def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, state: _Probe, deadline: float) -> None:
     handlers: list[urllib.request.BaseHandler] = [_Redirects(config.allow_insecure)]
     handlers.append(urllib.request.HTTPSHandler(context=context))
     opener = urllib.request.build_opener(*handlers)
-    headers = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+    # urllib cannot connect to user:password@host; send the credentials as basic auth, as pip does, and only to
+    # the index's own origin.
+    index_url, credentials = split_credentials(target.index_url)
+    plain = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+
+    def headers_for(url: str) -> dict[str, str]:
+        return {**plain, **(_basic_auth(credentials) if _origin(url) == _origin(index_url) else {})}
 
     def remaining() -> float:
         return max(0.05, deadline - time.monotonic())
 
     try:
-        page_url = f"{target.index_url.rstrip('/')}/{config.project}/"
+        project = config.package.project if config.package else config.project
+        page_url = f"{index_url.rstrip('/')}/{project}/"
+        headers = headers_for(page_url)
         started = time.monotonic()
         with opener.open(urllib.request.Request(page_url, headers=headers), timeout=remaining()) as response:
             state.update(ttfb_s=time.monotonic() - started, phase="index")
             final_url = response.geturl()
             page = response.read(PAGE_LIMIT)
-        file_url, has_metadata = _pick_wheel(page, final_url)
+        if config.package is not None:
+            file_url, has_metadata = pick_pinned(page, final_url, config.package)
+            if file_url is None:
+                pin = config.package
+                state.update(status="error", phase="done",
+                             error=f"no wheel of {pin.name}=={pin.version} for this machine on the index page")
+                return
+        else:
+            file_url, has_metadata = pick_wheel(page, final_url)
         if file_url is None:
             state.update(status="partial", error=f"no wheel of {config.project!r} on the index page", phase="done")
             return
         state.update(file_url=file_url)
+        headers = headers_for(file_url)
         if config.check_metadata and has_metadata:
             state.update(phase="metadata")
             try:
@@ -218,11 +233,13 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                 state.update(warnings=(f"advertised .whl.metadata answers HTTP {missing.code}: pip and uv will fail "
                                        "on this mirror (like tuna/issues#2415)",))
         state.update(phase="download")
+        requested = time.monotonic()
+        limit = config.first_bytes if config.package is not None else config.max_bytes
         with opener.open(urllib.request.Request(file_url, headers=headers), timeout=remaining()) as response:
             received = 0
-            while received < config.max_bytes and time.monotonic() < deadline:
+            while received < limit and time.monotonic() < deadline:
                 try:
-                    chunk = response.read1(min(CHUNK, config.max_bytes - received))  # type: ignore[attr-defined]
+                    chunk = response.read1(min(CHUNK, limit - received))  # type: ignore[attr-defined]
                 except (socket.timeout, TimeoutError):
                     if not received:
                         raise
@@ -230,6 +247,8 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                     state.update(warnings=(*state.result.warnings, "download cut off at the deadline"))
                     break
                 if not chunk:
+                    if config.package is not None:
+                        state.update(first_mib_s=time.monotonic() - requested)  # a file smaller than a MiB
                     break
                 now = time.monotonic()
                 received += len(chunk)
@@ -239,6 +258,8 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                         state.first_byte_at, state.first_chunk = now, len(chunk)
                     state.last_byte_at = now
                     state.result = replace(state.result, downloaded=received)
+                if config.package is not None and received >= limit:
+                    state.update(first_mib_s=now - requested)
         state.update(phase="done")
     except Exception as error:  # noqa: BLE001 - every failure of a remote mirror becomes its result
         state.update(status="error", error=_describe(error), phase="done")
@@ -283,11 +304,13 @@ def rank(results: Sequence[ProbeResult]) -> list[ProbeResult]:
     then failures by name."""
 
     def key(result: ProbeResult) -> tuple[int, float, str]:
+        if result.usable and result.first_mib_s is not None:
+            return (0, result.first_mib_s, result.name)  # --package: the download users will really make
         if result.status == "ok" and result.estimate_s is not None:
-            return (0, result.estimate_s, result.name)
+            return (1, result.estimate_s, result.name)
         if result.usable and result.ttfb_s is not None:
-            return (1, result.ttfb_s, result.name)
-        return (2, 0.0, result.name)
+            return (2, result.ttfb_s, result.name)
+        return (3, 0.0, result.name)
 
     return sorted(results, key=key)
 

@@ -1,145 +1,90 @@
-"""``mirror status``: which index each tool uses now, and which file or variable says so.
-
-The lookup follows each tool's own precedence (see :mod:`tfdist.mirror.paths`); files tfdist cannot parse are
-reported rather than guessed at.
-"""
+"""``mirror status``: which index each real command of pip, uv and conda will use now, and the file:line or
+variable that decides it (each tool's rules live in its recipe, :mod:`tfdist.mirror.recipes`)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-from tfdist.errors import ConfigFileError
-from tfdist.mirror import condarc, pipconf, uvconf
-from tfdist.mirror.catalog import identify, known_conda_bases, load_catalog, official_pypi_index
-from tfdist.mirror.fileio import read_text_file
-from tfdist.mirror.paths import ConfigPaths
+from tfdist.mirror.catalog import identify, load_catalog
+from tfdist.mirror.paths import TOOLS, ConfigPaths
+from tfdist.mirror.recipes import RECIPES, Context, Effective
 
 
 @dataclass(frozen=True)
 class ToolStatus:
-    """The effective setting of one tool."""
+    """The effective setting of every real command of one tool."""
 
     tool: str
-    index: str | None
-    mirror: str | None
-    source: str
+    commands: tuple[Effective, ...]
     problems: tuple[str, ...] = ()
-    details: dict[str, Any] = field(default_factory=dict)
 
-
-def _read(path: Path, problems: list[str]) -> str | None:
-    if not path.exists() and not path.is_symlink():
-        return None
-    try:
-        return read_text_file(path).text
-    except ConfigFileError as error:
-        problems.append(error.message)
-        return None
-
-
-def pip_status(paths: ConfigPaths, environ: Mapping[str, str]) -> ToolStatus:
-    """pip's effective ``index-url`` and its source."""
-    problems: list[str] = []
-    if environ.get("PIP_INDEX_URL"):
-        url = environ["PIP_INDEX_URL"]
-        return ToolStatus("pip", url, identify(url), "environment variable PIP_INDEX_URL")
-    index, source = official_pypi_index(), "pip's built-in default"
-    if paths.pip_config_file == os.devnull:
-        return ToolStatus("pip", index, "official", "PIP_CONFIG_FILE=os.devnull disables config files")
-    env_file = paths.pip_env_file()
-    files = list(paths.pip_global_files())
-    if not (env_file is not None and env_file.exists()):
-        files += paths.pip_user_files()
-    files.append(paths.pip_site_file())
-    if env_file is not None:
-        files.append(env_file)
-    for path in files:
-        text = _read(path, problems)
-        if text is None:
-            continue
-        try:
-            value = pipconf.global_index(text, path)
-        except ConfigFileError as error:
-            problems.append(error.message)
-            continue
-        if value:
-            index, source = value.strip(), str(path)
-    return ToolStatus("pip", index, identify(index), source, tuple(problems))
-
-
-def uv_status(paths: ConfigPaths, environ: Mapping[str, str], cwd: Path | None = None) -> ToolStatus:
-    """uv's effective default index and its source (project ``uv.toml`` in ``cwd`` included)."""
-    problems: list[str] = []
-    for name in ("UV_DEFAULT_INDEX", "UV_INDEX_URL"):
-        if environ.get(name):
-            return ToolStatus("uv", environ[name], identify(environ[name]), f"environment variable {name}")
-    if environ.get("UV_NO_CONFIG"):
-        files: list[Path] = []
-    elif paths.uv_config_file is not None:
-        files = [paths.uv_config_file]
-    else:
-        files = [(cwd or Path.cwd()) / "uv.toml", paths.uv_user_file(), paths.uv_system_file()]
-    for path in files:  # highest priority first
-        text = _read(path, problems)
-        if text is None:
-            continue
-        try:
-            value = uvconf.default_index(text, path)
-        except ConfigFileError as error:
-            problems.append(error.message)
-            continue
-        if value:
-            return ToolStatus("uv", value, identify(value), str(path), tuple(problems))
-    index = official_pypi_index()
-    return ToolStatus("uv", index, "official", "uv's built-in default", tuple(problems))
-
-
-def conda_status(paths: ConfigPaths) -> ToolStatus:
-    """conda's ``default_channels`` and ``custom_channels`` merged over its search path."""
-    problems: list[str] = []
-    defaults: list[str] | None = None
-    defaults_source = None
-    custom: dict[str, str] = {}
-    sources: list[str] = []
-    for path in paths.conda_search_path():  # lowest priority first
-        text = _read(path, problems)
-        if text is None:
-            continue
-        try:
-            summary = condarc.channel_summary(text, path)
-        except ConfigFileError as error:
-            problems.append(error.message)
-            continue
-        if summary.get("default_channels"):
-            defaults, defaults_source = [str(u) for u in summary["default_channels"]], str(path)
-        if isinstance(summary.get("custom_channels"), dict):
-            custom.update({k: str(v) for k, v in summary["custom_channels"].items()})
-        if summary:
-            sources.append(str(path))
-    mirror = _conda_mirror(defaults, custom)
-    first = defaults[0] if defaults else (next(iter(custom.values())) if custom else None)
-    source = defaults_source or (sources[-1] if sources else "conda's built-in defaults")
-    return ToolStatus("conda", first, mirror, source, tuple(problems),
-                      {"default_channels": defaults, "custom_channels": custom, "files": sources})
-
-
-def _conda_mirror(defaults: list[str] | None, custom: dict[str, str]) -> str | None:
-    urls = [*(defaults or []), *custom.values()]
-    if not urls:
-        return "official"
-    bases = known_conda_bases()
-    for mirror in load_catalog().values():
-        own = {u.rstrip("/") for u in [*mirror.conda_default_channels, *mirror.conda_custom_channels.values()]}
-        if own and all(u.rstrip("/") in own for u in urls):
-            return mirror.name
-    if any(u.rstrip("/") in bases for u in urls):
+    @property
+    def mirror(self) -> str | None:
+        """The catalog mirror every command uses, ``"mixed"`` when they differ, ``None`` when unknown."""
+        names = {c.command: mirror_of(c) for c in self.commands}
+        distinct = set(names.values())
+        if len(distinct) == 1:
+            return distinct.pop()
+        others = distinct - {"official"}
+        if len(others) == 1 and None not in others:
+            # A mirror that does not carry a channel leaves it on the official one (USTC has no conda `defaults`).
+            (name,) = others
+            carried = RECIPES[self.tool].wanted(load_catalog()[name])
+            if all(n == name or command not in carried for command, n in names.items()):
+                return name
         return "mixed"
+
+    @property
+    def index(self) -> str | None:
+        """The first command's index (pip install, uv pip, conda defaults)."""
+        return self.commands[0].index if self.commands else None
+
+    @property
+    def source(self) -> str:
+        """Where the first command's index comes from."""
+        return self.commands[0].source if self.commands else ""
+
+
+def mirror_of(item: Effective) -> str | None:
+    """The catalog name of the index one command uses (``official`` for a tool's built-in default)."""
+    if item.tool != "conda":
+        return identify(item.index)
+    if item.index is None:
+        return "official"
+    url = item.index.rstrip("/")
+    for mirror in load_catalog().values():
+        if url in {u.rstrip("/") for u in mirror.conda_default_channels}:
+            return mirror.name
+        if any(url == f"{base.rstrip('/')}/{item.command}" for base in mirror.conda_custom_channels.values()):
+            return mirror.name
     return None
 
 
-def all_status(paths: ConfigPaths, environ: Mapping[str, str] | None = None) -> list[ToolStatus]:
+def tool_status(tool: str, paths: ConfigPaths, environ: Mapping[str, str] | None = None,
+                cwd: Path | None = None) -> ToolStatus:
+    """The effective settings of ``tool``."""
+    context = Context(paths, os.environ if environ is None else environ, cwd or Path.cwd())
+    commands = RECIPES[tool].effective(context)
+    return ToolStatus(tool, tuple(commands), tuple(dict.fromkeys(context.problems)))
+
+
+def pip_status(paths: ConfigPaths, environ: Mapping[str, str], cwd: Path | None = None) -> ToolStatus:
+    """pip's effective index for install, download, wheel and index."""
+    return tool_status("pip", paths, environ, cwd)
+
+
+def uv_status(paths: ConfigPaths, environ: Mapping[str, str], cwd: Path | None = None) -> ToolStatus:
+    """uv's effective default index for ``uv pip`` and project commands."""
+    return tool_status("uv", paths, environ, cwd)
+
+
+def conda_status(paths: ConfigPaths, environ: Mapping[str, str] | None = None) -> ToolStatus:
+    """Where conda's ``defaults`` and ``conda-forge`` channels come from."""
+    return tool_status("conda", paths, environ or {})
+
+
+def all_status(paths: ConfigPaths, environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> list[ToolStatus]:
     """Status of pip, uv and conda."""
-    env = os.environ if environ is None else environ
-    return [pip_status(paths, env), uv_status(paths, env), conda_status(paths)]
+    return [tool_status(tool, paths, environ, cwd) for tool in TOOLS]

@@ -5,17 +5,20 @@ Every file is read and edited in memory first; if any of them cannot be handled,
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
-from tfdist.errors import UsageError
-from tfdist.mirror import condarc, pipconf, uvconf
+from tfdist.errors import ConfigFileError, UsageError
 from tfdist.mirror.backup import BackupStore
 from tfdist.mirror.catalog import Mirror
-from tfdist.mirror.fileio import TextFile, atomic_write, check_writable, read_text_file
+from tfdist.mirror.fileio import TextFile, atomic_write, check_writable, read_current, read_text_file
 from tfdist.mirror.paths import ConfigPaths, Scope, Tool
+from tfdist.mirror.recipes import RECIPES, Context, same_index
+from tfdist.mirror.urls import has_credentials
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,43 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class Override:
+    """A real command that will still not use the mirror after the switch, and what makes it so."""
+
+    tool: str
+    command: str
+    index: str | None
+    source: str
+
+    def describe(self) -> str:
+        """One line for a user: the command, the index it will use, and the file:line or variable that sets it."""
+        index = self.index or "its built-in default"
+        return f"'{self.command}' will still use {index}, set by {self.source}" if self.tool != "conda" else \
+            f"conda channel '{self.command}' will still come from {index}, set by {self.source}"
+
+
+@dataclass(frozen=True)
 class SwitchResult:
-    """What ``mirror use`` planned and did."""
+    """What ``mirror use`` planned and did.
+
+    ``overridden`` lists the real commands that the written files do not reach (an environment variable, a
+    project file or a higher-priority file of another scope wins); ``mismatches`` where a tool itself reported
+    something other than tfdist's model after the write; ``unverified`` why a tool could not be asked.
+    """
 
     mirror: Mirror
     changes: tuple[Change, ...]
     skipped: tuple[Skipped, ...] = ()
     applied: bool = False
     followups: tuple[str, ...] = field(default_factory=tuple)
+    overridden: tuple[Override, ...] = ()
+    mismatches: tuple[Override, ...] = ()
+    unverified: tuple[str, ...] = ()
+
+    @property
+    def took_effect(self) -> bool:
+        """Whether every switched command now uses the mirror (the tools' own word where they were asked)."""
+        return not self.overridden
 
 
 def conda_in_use(paths: ConfigPaths) -> bool:
@@ -87,86 +119,138 @@ def conda_in_use(paths: ConfigPaths) -> bool:
     return any(path.exists() for path in paths.conda_search_path())
 
 
-def plan(request: SwitchRequest, paths: ConfigPaths) -> SwitchResult:
-    """Compute every edit without writing anything.
+def _context(paths: ConfigPaths, environ: Mapping[str, str] | None, cwd: Path | None,
+             overlay: dict[Path, str] | None = None) -> Context:
+    return Context(paths, os.environ if environ is None else environ, cwd or Path.cwd(), dict(overlay or {}))
+
+
+def plan(request: SwitchRequest, paths: ConfigPaths, environ: Mapping[str, str] | None = None,
+         cwd: Path | None = None) -> SwitchResult:
+    """Compute every edit, and the commands it would not reach, without writing anything.
 
     Raises:
-        UsageError: the mirror cannot serve an explicitly requested tool, or a scope makes no sense for it.
+        UsageError: the mirror cannot serve the one tool explicitly requested, or a scope makes no sense for it.
         ConfigFileError: a file cannot be read, parsed or written; nothing is written.
     """
     mirror = request.mirror
-    explicit = request.tools is not None
     tools: tuple[Tool, ...] = request.tools or (("pip", "uv", "conda") if conda_in_use(paths) else ("pip", "uv"))
+    alone = request.tools is not None and len(request.tools) == 1
+    context = _context(paths, environ, cwd)
     changes: list[Change] = []
     skipped: list[Skipped] = []
     for tool in tools:
-        if tool in ("pip", "uv") and not mirror.pip_index:
-            reason = f"{mirror.name} has no PyPI mirror"
-            if explicit:
-                raise UsageError(reason, hint="choose another mirror for pip/uv")
+        recipe = RECIPES[tool]
+        reason = recipe.skip_reason(mirror, request.scope, paths)
+        if reason is not None:
+            if alone:
+                recipe.target(paths, request.scope)  # raises the explanatory error where there is one
+                raise UsageError(reason, hint="choose another mirror, tool or --scope (see 'tfdist mirror list')")
             skipped.append(Skipped(tool, reason))
             continue
-        if tool == "conda" and not mirror.has_conda and not mirror.is_official:
-            reason = f"{mirror.name} has no conda channels in the catalog; conda left unchanged"
-            if explicit and request.tools == ("conda",):
-                raise UsageError(reason, hint="choose a mirror that carries conda channels (see 'tfdist mirror list')")
-            skipped.append(Skipped(tool, reason))
-            continue
-        if tool == "uv" and request.scope == "site" and paths.uv_config_file is None:
-            if explicit:
-                paths.uv_file("site")  # raises the explanatory UsageError
-            skipped.append(Skipped(tool, "uv has no per-environment config file"))
-            continue
-        path = paths.file_for(tool, request.scope)
-        changes.append(_plan_one(tool, request.scope, path, mirror))
-    return SwitchResult(mirror=mirror, changes=tuple(changes), skipped=tuple(skipped))
+        changes.append(_plan_one(tool, request.scope, recipe.target(paths, request.scope), mirror, context))
+    overlay: dict[Path, str] = {}
+    for change in changes:
+        text = change.after.decode("utf-8").lstrip("\ufeff").replace("\r\n", "\n")
+        overlay[change.file.path] = overlay[change.file.real] = text
+    overridden = _unreached(mirror, [c.tool for c in changes], _context(paths, environ, cwd, overlay))
+    return SwitchResult(mirror=mirror, changes=tuple(changes), skipped=tuple(skipped), overridden=overridden)
 
 
-def _plan_one(tool: Tool, scope: Scope, path: Path, mirror: Mirror) -> Change:
+def _unreached(mirror: Mirror, tools: list[str], context: Context) -> tuple[Override, ...]:
+    found = []
+    for tool in tools:
+        recipe = RECIPES[tool]
+        wanted = recipe.wanted(mirror)
+        for item in recipe.effective(context):
+            if item.command in wanted and not same_index(item.index, wanted[item.command]):
+                found.append(Override(tool, item.command, item.index, item.source))
+    return tuple(found)
+
+
+def _plan_one(tool: Tool, scope: Scope, path: Path, mirror: Mirror, context: Context) -> Change:
     file = read_text_file(path)
-    notes: list[str] = []
-    keep_bom = True
-    index = mirror.pip_index or ""  # plan() only asks for pip/uv when the mirror has an index
-    if tool == "pip":
-        edit = pipconf.set_index(file.text, index, path)
-        text, notes = edit.text, list(edit.notes)
-        if file.bom:
-            keep_bom = False  # pip's parser rejects a BOM before the first section
-            notes.append("removed the UTF-8 byte-order mark, which pip cannot read")
-    elif tool == "uv":
-        edit_uv = uvconf.set_default_index(file.text, index, mirror.name, path)
-        text, notes = edit_uv.text, list(edit_uv.notes)
-        if file.bom:
-            keep_bom = False  # TOML does not allow a BOM
-            notes.append("removed the UTF-8 byte-order mark, which TOML does not allow")
-    else:
-        edit_conda = condarc.set_mirror(file.text, mirror, path)
-        text, notes = edit_conda.text, list(edit_conda.notes)
-    after = file.encode(text, keep_bom=keep_bom)
-    change = Change(tool=tool, scope=scope, file=file, after=after, notes=tuple(notes))
+    edit = RECIPES[tool].edit(file.text, file.bom, mirror, path, context)
+    after = file.encode(edit.text, keep_bom=edit.keep_bom)
+    change = Change(tool=tool, scope=scope, file=file, after=after, notes=edit.notes)
     if change.changed:
         check_writable(file)
     return change
 
 
+def verify(result: SwitchResult, paths: ConfigPaths, environ: Mapping[str, str] | None = None,
+           cwd: Path | None = None) -> SwitchResult:
+    """Ask each switched tool itself which index it will use now.
+
+    The tool has the last word: a command it reports on the mirror took effect, one it reports elsewhere did not
+    (``overridden``, with the file:line from tfdist's model when the two agree). Where tfdist's model and the tool
+    disagree, that is recorded in ``mismatches``; a tool that cannot be asked is named in ``unverified`` and its
+    commands keep the model's verdict.
+    """
+    mismatches: list[Override] = []
+    unverified: list[str] = []
+    overridden = {(o.tool, o.command): o for o in result.overridden}
+    for tool in dict.fromkeys(c.tool for c in result.changes):
+        recipe = RECIPES[tool]
+        view = recipe.ask_tool(_context(paths, environ, cwd))
+        if view.unavailable:
+            unverified.append(f"{tool}: {view.unavailable}")
+            continue
+        wanted = recipe.wanted(result.mirror)
+        model = {e.command: e for e in recipe.effective(_context(paths, environ, cwd))}
+        for item in view.effective:
+            if item.command not in wanted:
+                continue
+            expected = model.get(item.command)
+            if expected is not None and not same_index(item.index, expected.index):
+                mismatches.append(Override(tool, item.command, item.index,
+                                           f"{item.source}, where tfdist expected {expected.index or 'the default'} "
+                                           f"from {expected.source}"))
+            if same_index(item.index, wanted[item.command]):
+                overridden.pop((tool, item.command), None)
+            else:
+                source = expected.source if expected is not None and same_index(item.index, expected.index) \
+                    else item.source
+                overridden[(tool, item.command)] = Override(tool, item.command, item.index,
+                                                            f"{source} (confirmed by {tool} itself)")
+    return replace(result, overridden=tuple(overridden.values()), mismatches=tuple(mismatches),
+                   unverified=tuple(unverified))
+
+
 def apply(result: SwitchResult, paths: ConfigPaths) -> SwitchResult:
     """Back up and atomically write every changed file, then clear conda's index cache when conda is used.
 
+    Holds tfdist's state lock throughout. Before the first write, every file is read again: if any changed since
+    :func:`plan` read it, nothing is written. Owner, group and mode are kept; a file that will hold a credential
+    (an index URL with a password) is written 0600.
+
     Raises:
-        ConfigFileError: a write failed (files already written stay backed up and can be restored).
+        ConfigFileError: a file changed since the plan, or a write failed (files already written stay backed up
+            and can be restored).
     """
     store = BackupStore(paths)
     followups: list[str] = []
-    for change in result.changes:
-        if not change.changed:
-            continue
-        store.record_before_write(change.file.real, change.file.raw, change.file.mode, change.tool, change.scope)
-        atomic_write(change.file.real, change.after, mode=change.file.mode)
-        store.record_written(change.file.real, change.after)
-    if any(c.tool == "conda" and c.changed for c in result.changes):
-        followups.append(clean_conda_index())
-    return SwitchResult(mirror=result.mirror, changes=result.changes, skipped=result.skipped, applied=True,
-                        followups=tuple(followups))
+    secret = has_credentials(result.mirror.pip_index)
+    with store.locked():
+        for change in result.changes:
+            if change.changed and read_current(change.file.real) != change.file.raw:
+                raise ConfigFileError(
+                    f"{change.file.path}: changed on disk while tfdist was preparing its edit; nothing was written",
+                    hint="run the command again", reference="mirror-config-changed-meanwhile")
+        for change in result.changes:
+            if not change.changed:
+                continue
+            file = change.file
+            owner = (file.uid, file.gid) if file.uid is not None and file.gid is not None else None
+            mode = file.mode
+            if secret and change.tool in ("pip", "uv"):
+                mode = 0o600  # the file now holds a password
+            store.record_before_write(file.real, file.raw, file.mode, change.tool, change.scope,
+                                      owner=(file.uid, file.gid))
+            atomic_write(file.real, change.after, mode=mode, owner=owner)
+            store.record_written(file.real, change.after)
+    for tool in dict.fromkeys(c.tool for c in result.changes if c.changed):
+        followups += RECIPES[tool].followups()
+    return replace(result, applied=True, followups=tuple(followups))
 
 
 def clean_conda_index() -> str:

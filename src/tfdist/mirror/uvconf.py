@@ -75,9 +75,6 @@ def set_default_index(text: str, url: str, name: str, path: Path) -> UvEdit:
     if "index-url" in document:
         del document["index-url"]
         notes.append("replaced the legacy top-level index-url by an [[index]] entry with default = true")
-    pip_table = document.get("pip")
-    if isinstance(pip_table, dict) and "index-url" in pip_table:
-        notes.append(f"[pip] index-url in {path} still overrides the default index for 'uv pip' commands")
     indexes = document.get("index")
     taken = {str(t.get("name")) for t in (indexes or []) if t.get("default") is not True and t.get("name")}
     entry_name = name if name not in taken else f"{name}-default"
