@@ -25,8 +25,8 @@ venv-dev: $(VENV)/.dev-installed
 
 ## demo: train the digits model on 2 local workers under the tfdist supervisor
 demo: venv-demo
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/tfdist launch -n 2 --max-restarts 2 --log-dir .tfdist-demo/logs --tee -- \
-		examples/digits.py --model-dir .tfdist-demo/model
+	$(BIN)/tfdist launch -n 2 --max-restarts 2 --log-dir .tfdist-demo/logs --tee -m tfdist.examples.digits \
+		--model-dir .tfdist-demo/model
 
 ## test: the whole suite (unit, CLI, integration with real processes)
 test: venv-dev

@@ -35,6 +35,9 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra variable for every task (repeatable).")
 @option("--gpus-per-task", type=click.IntRange(1), help="GPUs per training task (default: split evenly).")
 @option("--nccl-debug", is_flag=True, help="Set NCCL_DEBUG=INFO for every task.")
+@option("--tf-log-level", type=click.Choice(["auto", "info", "warning", "error", "fatal"]), default="auto",
+        show_default=True, help="Least severe TensorFlow C++ log line shown (sets TF_CPP_MIN_LOG_LEVEL for the tasks; "
+        "log files keep all). auto: an exported TF_CPP_MIN_LOG_LEVEL, else error with GPUs, fatal without.")
 @option("--grace-period", type=click.FloatRange(0), default=30.0, show_default=True,
         help="Seconds a stopped or preempted task has to save and exit before SIGKILL.")
 @option("--hang-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
@@ -52,7 +55,7 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
-            launcher_metrics_port: int | None, **flags: object) -> int:
+            launcher_metrics_port: int | None, tf_log_level: str, **flags: object) -> int:
     """Start and supervise a distributed TensorFlow job on this machine.
 
     Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
@@ -65,6 +68,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
+    _set_tf_log_level(tf_log_level)
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
                       env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
@@ -96,6 +100,15 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     if final is not None and final.cause is Cause.INTERRUPTED:
         return ExitStatus.CTRL_C
     return ExitStatus.TASK_FAILED
+
+
+def _set_tf_log_level(flag: str) -> None:
+    """Export the chosen TF_CPP_MIN_LOG_LEVEL: every task inherits it, and the console filters by it."""
+    from tfdist.launch.taskenv import visible_gpus
+    from tfdist.launch.tflog import LEVEL_VARIABLE, choose_level
+
+    has_gpus = flag == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
+    os.environ[LEVEL_VARIABLE] = str(choose_level(flag, os.environ, has_gpus))
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:

@@ -11,9 +11,12 @@ A mirror is used only to *resolve*: the lock's text never names an index. uv wri
 header, strips those lines, and refuses to write a lock in which the mirror's address still appears.
 
 GPU locks pin ``tensorflow[and-cuda]`` (the CUDA and cuDNN libraries come as ``nvidia-*`` wheels) and the matching
-``tf-keras``. CPU locks pin ``tensorflow-cpu``; because ``tf-keras`` declares a dependency on ``tensorflow``, the
-resolver also pins ``tensorflow`` at the same version, so that plain ``pip install --require-hashes -r`` accepts the
-file (pip has no way to let ``tensorflow-cpu`` stand in for ``tensorflow``).
+``tf-keras``. CPU locks pin exactly one TensorFlow distribution: ``tensorflow`` itself from 2.16 on, because
+``tf-keras`` declares a dependency on ``tensorflow`` (a ``tensorflow-cpu`` pin would bring both, overwriting each
+other's files); the Linux ``tensorflow`` wheel runs on the CPU when no CUDA libraries are installed. Before 2.16
+(no tf-keras) CPU locks pin the smaller ``tensorflow-cpu``. Every lock pins TensorBoard (the runtime's callbacks
+write summaries; TF 2.21 no longer depends on it) and tfdist itself: from the index, or from a wheel built from a
+checkout, written as ``./tfdist-X-py3-none-any.whl --hash=...`` and installed from the lock's folder.
 """
 from __future__ import annotations
 
@@ -63,6 +66,8 @@ class LockSpec:
         glibc: the target's glibc (manylinux level), e.g. ``2.28``.
         mirror_index: simple-index URL used for resolving only; None uses uv's own configuration.
         extra_requirements: more requirement files whose entries join the lock.
+        tfdist_wheel: lock tfdist from this wheel (built from a checkout) instead of from the index.
+        include_tfdist: False leaves tfdist out of the lock.
     """
 
     tf: str
@@ -72,6 +77,8 @@ class LockSpec:
     glibc: str = DEFAULT_GLIBC
     mirror_index: str | None = None
     extra_requirements: tuple[Path, ...] = ()
+    tfdist_wheel: Path | None = None
+    include_tfdist: bool = True
 
     @property
     def uv_platform(self) -> str:
@@ -88,6 +95,7 @@ class LockInfo:
     python: str
     platform: str
     glibc: str
+    tfdist_wheel: str | None = None  # file name of a local tfdist wheel the lock installs from its folder
 
 
 @dataclass(frozen=True)
@@ -154,7 +162,7 @@ def check_target(spec: LockSpec) -> Any:
     if Version(spec.glibc) < Version(floor):
         raise UsageError(
             f"TensorFlow {spec.tf} wheels need glibc >= {floor}, but the target has glibc {spec.glibc}",
-            hint=f"target a newer system (--glibc {floor} or later) or an older TensorFlow",
+            hint=f"target a newer system (--glibc {_first_glibc_from(floor)} or later) or an older TensorFlow",
             reference="tf-glibc-too-old",
         )
     if spec.flavour == "gpu" and not build.and_cuda_pins:
@@ -167,18 +175,46 @@ def check_target(spec: LockSpec) -> Any:
     return build
 
 
+def _first_glibc_from(floor: str) -> str:
+    """The lowest ``--glibc`` choice at or above a wheel floor (2.27 is no manylinux level uv knows: 2.28)."""
+    return next((c for c in GLIBC_CHOICES if Version(c) >= Version(floor)), GLIBC_CHOICES[-1])
+
+
 def _version_spec(tf: str) -> str:
     release = Version(tf).release
     return f"=={tf}.*" if len(release) == 2 else f"=={tf}"
 
 
 def top_level_requirements(spec: LockSpec) -> list[str]:
-    """The requirements tfdist adds for TF itself (before the user's extra files)."""
-    wanted = [f"tensorflow[and-cuda]{_version_spec(spec.tf)}" if spec.flavour == "gpu"
-              else f"tensorflow-cpu{_version_spec(spec.tf)}"]
+    """The requirements tfdist adds for TF itself (before the user's extra files): one TensorFlow distribution."""
+    wanted = [f"{tf_distribution(spec)}{'[and-cuda]' if spec.flavour == 'gpu' else ''}{_version_spec(spec.tf)}"]
     if _minor(spec.tf) >= TF_KERAS_SINCE:
         wanted.append(f"tf-keras=={_minor(spec.tf)}.*")
+    wanted.append("tensorboard")
     return wanted
+
+
+def tf_distribution(spec: LockSpec) -> str:
+    """The one TensorFlow distribution a lock pins (see the module docstring for why CPU locks use ``tensorflow``)."""
+    if spec.flavour == "cpu" and _minor(spec.tf) < TF_KERAS_SINCE:
+        return "tensorflow-cpu"
+    return "tensorflow"
+
+
+def self_requirement(spec: LockSpec) -> str | None:
+    """tfdist's own line in ``requirements.in``: the running version from the index, or the given wheel."""
+    if not spec.include_tfdist:
+        return None
+    if spec.tfdist_wheel is not None:
+        return f"tfdist @ {Path(spec.tfdist_wheel).resolve().as_uri()}"
+    from tfdist import __version__
+
+    return f"tfdist=={__version__}"
+
+
+def local_wheel_line(body: str, wheel: Path) -> str:
+    """Point uv's ``tfdist @ file:///abs/path.whl`` entry at ``./NAME.whl`` so the lock works from its folder."""
+    return re.sub(r"^tfdist @ file://\S+", f"./{Path(wheel).name}", body, count=1, flags=re.MULTILINE)
 
 
 def read_extra_requirements(paths: Sequence[Path]) -> list[str]:
@@ -213,6 +249,10 @@ def command_line(spec: LockSpec, output: str = "requirements.lock") -> str:
              "--platform", spec.platform, "--glibc", spec.glibc]
     for path in spec.extra_requirements:
         words += ["-r", Path(path).name]
+    if spec.tfdist_wheel is not None:
+        words += ["--tfdist-wheel", Path(spec.tfdist_wheel).name]
+    elif not spec.include_tfdist:
+        words.append("--no-tfdist")
     return " ".join(words + ["-o", output])
 
 
@@ -220,14 +260,15 @@ def render_header(spec: LockSpec, output: str = "requirements.lock") -> str:
     """The comment block tfdist puts on top of every lock; it carries the target as one JSON line."""
     info = {"schema_version": LOCK_SCHEMA_VERSION, "tf": spec.tf, "flavour": spec.flavour, "python": spec.python,
             "platform": spec.platform, "glibc": spec.glibc}
+    if spec.tfdist_wheel is not None:
+        info["tfdist_wheel"] = Path(spec.tfdist_wheel).name
     lines = [
         f"# {output}: written by tfdist; regenerate instead of editing:",
         f"#   {command_line(spec, output)}",
         f"# Target: TensorFlow {spec.tf} ({spec.flavour}), CPython {spec.python}, {spec.uv_platform}.",
-        f"# Install: pip install --require-hashes -r {output}",
+        f"# Install: pip install --require-hashes -r {output}"
+        + (f"  (from this folder, next to {Path(spec.tfdist_wheel).name})" if spec.tfdist_wheel else ""),
     ]
-    if spec.flavour == "cpu" and _minor(spec.tf) >= TF_KERAS_SINCE:
-        lines.append("# Note: tf-keras requires `tensorflow`, so it is pinned next to tensorflow-cpu at the same version.")
     lines.append(HEADER_MARK + json.dumps(info, sort_keys=True))
     return "\n".join(lines) + "\n"
 
@@ -242,7 +283,7 @@ def parse_header(text: str) -> LockInfo:
         if line.startswith(HEADER_MARK):
             data = json.loads(line[len(HEADER_MARK):])
             return LockInfo(tf=data["tf"], flavour=data["flavour"], python=data["python"],
-                            platform=data["platform"], glibc=data["glibc"])
+                            platform=data["platform"], glibc=data["glibc"], tfdist_wheel=data.get("tfdist_wheel"))
     raise UsageError("the lock file has no tfdist header", hint="create it with tfdist lock",
                      reference="lock-no-header")
 
@@ -326,7 +367,9 @@ def resolve(spec: LockSpec, *, output_name: str = "requirements.lock", runner: R
         TfdistError: the resolver failed (its message is included) or the mirror leaked.
     """
     check_target(spec)
+    own = self_requirement(spec)
     requirements = top_level_requirements(spec) + read_extra_requirements(spec.extra_requirements)
+    requirements += [own] if own else []
     binary = uv or find_uv()
     with tempfile.TemporaryDirectory(prefix="tfdist-lock-") as workdir:
         # A fixed file name in a fixed directory keeps uv's `# via -r requirements.in` annotations reproducible.
@@ -339,13 +382,28 @@ def resolve(spec: LockSpec, *, output_name: str = "requirements.lock", runner: R
             raise TfdistError(f"the resolver did not finish within {timeout:.0f} s",
                               hint="check the network or try --mirror", reference="lock-timeout") from None
         seconds = time.monotonic() - started
+    if done.returncode != 0 and own and own.startswith("tfdist==") and _names_tfdist(done.stderr):
+        raise TfdistError(f"{own.replace('==', ' ')} is not on the package index, so the lock cannot pin it",
+                          hint="build its wheel (make dist) and pass --tfdist-wheel dist/"
+                          f"tfdist-{own.split('==')[1]}-py3-none-any.whl, or leave it out with --no-tfdist",
+                          reference="lock-tfdist-unpublished")
     if done.returncode != 0:
         raise TfdistError(f"uv could not resolve TensorFlow {spec.tf} ({spec.flavour}) for Python {spec.python} "
                           f"on {spec.uv_platform}: {_uv_failure(done.stderr)}",
                           hint="check the -r requirements and the index", reference="lock-resolution-failed")
     body = scrub(done.stdout, spec.mirror_index)
+    found = pins(body)
+    if spec.tfdist_wheel is not None:
+        body = local_wheel_line(body, spec.tfdist_wheel)
+        found["tfdist"] = Path(spec.tfdist_wheel).name.split("-")[1]
     text = render_header(spec, output_name) + body
-    return LockResult(text=text, pins=pins(body), seconds=seconds)
+    return LockResult(text=text, pins=found, seconds=seconds)
+
+
+def _names_tfdist(stderr: str) -> bool:
+    """uv's message says the resolution failed because of tfdist itself (not published, or not that version)."""
+    text = _ANSI.sub("", stderr)
+    return bool(re.search(r"\btfdist\b[^\n]*(not found|no version|not available)|no version of tfdist", text))
 
 
 def requirement_entries(lock_text: str) -> list[str]:
@@ -377,3 +435,29 @@ def render_conda(lock_text: str, info: LockInfo, lock_name: str = "requirements.
     ]
     lines += [f"      - {json.dumps(entry)}" for entry in requirement_entries(lock_text)]
     return "\n".join(lines) + "\n"
+
+
+def mirror_index(name: str) -> str:
+    """The simple-index URL of a catalog mirror, for ``lock --mirror`` and ``docker --mirror``.
+
+    Raises:
+        UsageError: unknown name (listing the catalog's names: these commands take no ``--url``), or no PyPI index.
+    """
+    from tfdist.mirror.catalog import get_mirror, load_catalog
+
+    try:
+        chosen = get_mirror(name)
+    except UsageError:
+        raise UsageError(f"unknown mirror {name!r}", hint="known mirrors: " + ", ".join(load_catalog()),
+                         reference="mirror-unknown") from None
+    if not chosen.pip_index:
+        raise UsageError(f"mirror {name!r} has no PyPI index", hint="pick another with tfdist mirror list")
+    return chosen.pip_index
+
+
+def default_tfdist_wheel(folder: Path) -> Path | None:
+    """``dist/tfdist-<this version>-*.whl`` under ``folder`` (what ``make dist`` builds in a checkout), if present."""
+    from tfdist import __version__
+
+    found = sorted(Path(folder, "dist").glob(f"tfdist-{__version__}-*.whl"))
+    return found[-1] if found else None
