@@ -68,7 +68,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
-    _set_tf_log_level(tf_log_level)
+    environ = _with_tf_log_level(tf_log_level)
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
                       env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
@@ -76,7 +76,9 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         return _dry_run(spec, legacy_keras)
 
     from tfdist.launch.outcome import Cause, render_report
+    from tfdist.launch.procs import Console
     from tfdist.launch.supervisor import Supervisor
+    from tfdist.launch.tflog import LEVEL_VARIABLE
 
     launcher_metrics = None
     if launcher_metrics_port is not None:
@@ -86,7 +88,9 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
         print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
     try:
-        result = Supervisor(spec, legacy_keras=legacy_keras, metrics=launcher_metrics).run()
+        result = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
+                            console=Console(enabled=spec.tee or spec.log_dir is None,
+                                            tf_log_level=int(environ[LEVEL_VARIABLE]))).run()
     finally:
         if launcher_metrics is not None:
             launcher_metrics.close()
@@ -102,13 +106,13 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     return ExitStatus.TASK_FAILED
 
 
-def _set_tf_log_level(flag: str) -> None:
-    """Export the chosen TF_CPP_MIN_LOG_LEVEL: every task inherits it, and the console filters by it."""
+def _with_tf_log_level(flag: str) -> dict[str, str]:
+    """The tasks' base environment with the chosen TF_CPP_MIN_LOG_LEVEL (the console filters by the same level)."""
     from tfdist.launch.taskenv import visible_gpus
     from tfdist.launch.tflog import LEVEL_VARIABLE, choose_level
 
     has_gpus = flag == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
-    os.environ[LEVEL_VARIABLE] = str(choose_level(flag, os.environ, has_gpus))
+    return {**os.environ, LEVEL_VARIABLE: str(choose_level(flag, os.environ, has_gpus))}
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
