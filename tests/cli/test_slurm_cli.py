@@ -6,6 +6,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from tfdist.cli.main import main
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "slurm"
@@ -21,6 +23,15 @@ def check_golden(name: str, text: str) -> None:
         path.write_text(text)
     assert path.exists(), f"no golden file {path}: run with TFDIST_UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{name} changed: review the diff, then regenerate with TFDIST_UPDATE_GOLDEN=1"
+
+
+@pytest.fixture(autouse=True)
+def submit_folder(tmp_path, monkeypatch):
+    """The folder sbatch would run in, holding the scripts the jobs name (tfdist slurm checks they exist)."""
+    (tmp_path / "examples").mkdir()
+    for name in ("examples/digits.py", "train.py"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
 
 
 def test_golden_digits_script(tmp_path, capsys):

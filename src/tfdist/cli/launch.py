@@ -13,7 +13,8 @@ from tfdist.constants import TASK_ENVIRONMENT
 from tfdist.errors import UsageError
 from tfdist.status import ExitStatus
 
-_EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
+# "\b" keeps Click from reflowing the list into one paragraph.
+_EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
 
 
 @click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
@@ -69,6 +70,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
     environ = _with_tf_log_level(tf_log_level)
+    _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
                       env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
@@ -104,6 +106,18 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     if final is not None and final.cause is Cause.INTERRUPTED:
         return ExitStatus.CTRL_C
     return ExitStatus.TASK_FAILED
+
+
+def _check_gpus_exist(per_task: int | None) -> None:
+    """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
+    from tfdist.launch.taskenv import visible_gpus
+
+    if per_task and not visible_gpus(os.environ):
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides them all" if hidden is not None else "nvidia-smi lists none"
+        raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
+                         hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
+                         reference="launch-no-gpus")
 
 
 def _with_tf_log_level(flag: str) -> dict[str, str]:

@@ -79,14 +79,15 @@ def _wants_debug(argv: Sequence[str]) -> bool:
 
 
 def _command_path(argv: Sequence[str]) -> str:
-    words = ["tfdist"]
-    for word in argv:
-        if word.startswith("-"):
-            break
-        words.append(word)
-        if word not in COMMANDS:
-            break
-    return " ".join(words[:3])
+    """``tfdist CMD [SUB]`` from the arguments: SUB only when CMD is a group that has it (not a script name)."""
+    words = [w for w in argv if not w.startswith("-")][:2]
+    if not words or words[0] not in COMMANDS:
+        return "tfdist"
+    module = sys.modules.get(COMMANDS[words[0]][0])
+    group = getattr(module, "command", None)
+    if len(words) > 1 and isinstance(group, click.Group) and words[1] in group.commands:
+        return f"tfdist {words[0]} {words[1]}"
+    return f"tfdist {words[0]}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Abort:
         return ExitStatus.CTRL_C
     except click.UsageError as bad:
+        if isinstance(bad, click.NoSuchOption):
+            bad.possibilities = settings.suggest_option(bad.option_name, bad.ctx)
         where = bad.ctx.command_path if bad.ctx is not None else _command_path(args)
         param = getattr(bad, "param", None)
         if param is not None and param.opts and max(param.opts, key=len) in settings.ORIGINS:

@@ -169,3 +169,28 @@ def name_origins(message: str) -> str:
         return ORIGINS.get(match.group(1), match.group(1))
 
     return re.sub(r"(?<![\w-])(--?[A-Za-z][\w-]*)", swap, message)
+
+
+# Flags of other launchers a user may bring along (torchrun, mpirun), and what tfdist calls them.
+FOREIGN_FLAGS: dict[str, str] = {
+    "--nproc_per_node": "--workers", "--nproc-per-node": "--workers", "--np": "--workers",
+    "--nnodes": "--hosts", "--max_restarts": "--max-restarts", "--master_port": "--port-base",
+    "--master-port": "--port-base", "--master_addr": "--host", "--master-addr": "--host",
+}
+
+
+def suggest_option(typed: str, ctx: click.Context | None) -> list[str]:
+    """The flags worth suggesting for an unknown one: the same words with dashes, a known foreign alias, or a close
+    spelling (stricter than Click's, which offered --grace-period for --nproc_per_node)."""
+    import difflib
+
+    if ctx is None:
+        return []
+    known = [opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts)
+             if opt.startswith("--")]
+    dashed = typed.replace("_", "-")
+    if dashed in known:
+        return [dashed]
+    if FOREIGN_FLAGS.get(typed) in known:
+        return [FOREIGN_FLAGS[typed]]
+    return difflib.get_close_matches(typed, known, n=2, cutoff=0.75)
