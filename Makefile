@@ -32,7 +32,8 @@ demo: venv-demo
 dist: | $(BIN)/python
 	$(PIP) install --quiet build
 	rm -rf dist
-	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m build --outdir dist . > build-dist.log 2>&1 || { cat build-dist.log; exit 1; }
+	@rm -f build-dist.log; ls dist
 
 ## system-deps: the system packages the tests use (Slurm, munge, Prometheus, zsh, fish), as CI installs them
 system-deps:
