@@ -11,13 +11,9 @@ from tfdist.cli.main import main
 
 
 @pytest.fixture(autouse=True)
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working folder with a training script; no TFDIST_LAUNCH_* variables from outside."""
-    (tmp_path / "train.py").write_text("")
-    monkeypatch.chdir(tmp_path)
-    for name in ("TFDIST_LAUNCH_WORKERS", "TFDIST_LAUNCH_MAX_RESTARTS", "TFDIST_LAUNCH_JOB_NAME"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
+def project(workdir: Path) -> Path:
+    """Every test runs in a working folder with a training script (tests/conftest.py clears TFDIST_* variables)."""
+    return workdir
 
 
 def _planned(capsys: pytest.CaptureFixture[str]) -> int:
@@ -37,8 +33,6 @@ def _planned(capsys: pytest.CaptureFixture[str]) -> int:
 ])
 def test_precedence_flag_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str], flag, env, file, expected) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TFDIST_LAUNCH_WORKERS", raising=False)
     if file is not None:
         (tmp_path / "tfdist.toml").write_text(f"[launch]\nworkers = {file}\n")
     if env is not None:
@@ -50,7 +44,6 @@ def test_precedence_flag_env_file_default(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_pyproject_tool_table_and_dashed_or_underscored_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.tfdist.launch]\nworkers = 2\n'
                                              'job_name = "from-pyproject"\n')
     assert main(["launch", "--dry-run", "--", "train.py"]) == 0
@@ -60,7 +53,6 @@ def test_pyproject_tool_table_and_dashed_or_underscored_keys(tmp_path: Path, mon
 
 def test_tfdist_toml_wins_over_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[tool.tfdist.launch]\nworkers = 2\n")
     (tmp_path / "tfdist.toml").write_text("[launch]\nworkers = 3\n")
     assert main(["launch", "--dry-run", "--", "train.py"]) == 0
@@ -68,7 +60,6 @@ def test_tfdist_toml_wins_over_pyproject(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_subcommand_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "tfdist.toml").write_text("[monitor.scrape-config]\ntarget = 'local'\nport = 9700\n")
     assert main(["config", "show", "monitor", "scrape-config", "--json"]) == 0
     rows = {r["flag"]: r for r in json.loads(capsys.readouterr().out)["settings"]}
@@ -83,7 +74,6 @@ def test_subcommand_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
 ])
 def test_bad_files_are_refused_naming_file_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str], text: str, named: str) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "tfdist.toml").write_text(text)
     assert main(["launch", "--dry-run", "--", "train.py"]) == 2
     err = capsys.readouterr().err.strip()
@@ -93,7 +83,6 @@ def test_bad_files_are_refused_naming_file_and_key(tmp_path: Path, monkeypatch: 
 
 def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "tfdist.toml").write_text("[launch]\nworkers = 3\nmax-restarts = 2\n")
     monkeypatch.setenv("TFDIST_LAUNCH_MAX_RESTARTS", "7")
     assert main(["config", "show", "launch"]) == 0
@@ -105,7 +94,6 @@ def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_an_error_about_a_value_from_the_file_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "tfdist.toml").write_text("[lock]\ntf = '2.x'\n")
     assert main(["lock", "-o", str(tmp_path / "l.lock")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]

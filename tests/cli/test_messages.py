@@ -52,10 +52,8 @@ def test_the_glibc_the_lock_suggests_is_accepted(tmp_path: Path, fake_uv: Path,
     assert fake_uv.exists()
 
 
-def test_slurm_names_only_the_roles_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_slurm_names_only_the_roles_asked_for(workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("")
     assert main(["slurm", "-N", "2", "--ps", "3", "train.py"]) == 2
     error = _error(capsys)
     assert "3 parameter servers" in error and "chief" not in error and "evaluator" not in error
@@ -80,11 +78,9 @@ def test_foreign_launcher_flags_get_the_tfdist_flag(capsys: pytest.CaptureFixtur
     assert f"Did you mean '{suggested}'?" in error and "--grace-period" not in error
 
 
-def test_gpus_per_task_without_gpus_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_gpus_per_task_without_gpus_is_refused(workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
-    (tmp_path / "train.py").write_text("")
-    monkeypatch.chdir(tmp_path)
     assert main(["launch", "--gpus-per-task", "1", "--dry-run", "train.py"]) == 2
     assert "--gpus-per-task 1: no GPU is visible" in _error(capsys)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
@@ -102,11 +98,9 @@ def test_tensorboard_refuses_a_missing_logdir(tmp_path: Path, capsys: pytest.Cap
     ("TFDIST_LOCK_TF", "2.x", ["lock"], "TFDIST_LOCK_TF '2.x' is not a version"),
     ("TFDIST_SLURM_TIME", "soon", ["slurm", "train.py"], "TFDIST_SLURM_TIME 'soon' is not a Slurm time"),
 ])
-def test_errors_from_a_variable_name_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_errors_from_a_variable_name_the_variable(workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str], variable, value, argv,
                                                   shown) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("")
     monkeypatch.setenv(variable, value)
     assert main([*argv, "-o", str(tmp_path / "out")] if argv[0] == "lock" else argv) == 2
     assert shown in _error(capsys)
@@ -140,10 +134,8 @@ def test_every_twin_is_command_and_flag(words: list[str], command: click.Command
         assert wrong not in helptext
 
 
-def test_renamed_twins_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_renamed_twins_are_read(workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("")
     monkeypatch.setenv("TFDIST_LAUNCH_ENV", "ALPHA=1")
     assert main(["launch", "--dry-run", "train.py"]) == 0
     assert "ALPHA=1" in capsys.readouterr().out
