@@ -75,6 +75,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
                       env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
+        print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} (--tf-log-level {tf_log_level})")
         return _dry_run(spec, legacy_keras)
 
     from tfdist.launch.outcome import Cause, render_report
