@@ -64,6 +64,7 @@ def test_lock_docker_install_and_tf_config_exec(tmp_path: Path, monkeypatch: pyt
     text = lock.read_text()
     pins = locking.pins(text)
     assert {"tensorflow", "tf-keras", "tensorboard", "scikit-learn"} <= set(pins) and "tensorflow-cpu" not in pins
+    assert pins["tfdist"] == wheel.name.split("-")[1]
     assert re.search(rf"^\./{re.escape(wheel.name)} \\\n    --hash=sha256:[0-9a-f]{{64}}$", text, re.MULTILINE)
     assert (context / wheel.name).read_bytes() == wheel.read_bytes()
     # 3. The Dockerfile: clean under hadolint, copying the lock and the wheel.

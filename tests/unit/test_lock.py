@@ -80,7 +80,9 @@ def test_tfdist_itself_comes_from_the_index_or_a_local_wheel(tmp_path: Path) -> 
     wheel = tmp_path / "tfdist-9.9-py3-none-any.whl"
     assert locking.self_requirement(LockSpec(tf="2.21", tfdist_wheel=wheel)) == f"tfdist @ {wheel.as_uri()}"
     body = f"tfdist @ {wheel.as_uri()} \\\n    --hash=sha256:{'c' * 64}\n"
-    assert locking.local_wheel_line(body, wheel) == f"./tfdist-9.9-py3-none-any.whl \\\n    --hash=sha256:{'c' * 64}\n"
+    local = locking.local_wheel_line(body, wheel)
+    assert local == f"./tfdist-9.9-py3-none-any.whl \\\n    --hash=sha256:{'c' * 64}\n"
+    assert locking.pins(local) == {"tfdist": "9.9"}
 
 
 def test_an_unpublished_tfdist_asks_for_the_wheel() -> None:

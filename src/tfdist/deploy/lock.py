@@ -337,8 +337,12 @@ def scrub(text: str, mirror_index: str | None) -> str:
 def pins(text: str) -> dict[str, str]:
     """``name -> version`` for each ``name==version`` entry of a requirements text."""
     found: dict[str, str] = {}
-    for match in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)", text, re.MULTILINE):
-        found[match.group(1).lower()] = match.group(2)
+    for match in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)"
+                             r"|^\./([A-Za-z0-9_.]+)-([^-\s]+)-[^\s]*\.whl", text, re.MULTILINE):
+        if match.group(1):
+            found[match.group(1).lower()] = match.group(2)
+        else:  # a local wheel, ./NAME-VERSION-TAGS.whl (tfdist built from a checkout)
+            found[match.group(3).lower().replace("_", "-")] = match.group(4)
     return found
 
 
@@ -392,12 +396,10 @@ def resolve(spec: LockSpec, *, output_name: str = "requirements.lock", runner: R
                           f"on {spec.uv_platform}: {_uv_failure(done.stderr)}",
                           hint="check the -r requirements and the index", reference="lock-resolution-failed")
     body = scrub(done.stdout, spec.mirror_index)
-    found = pins(body)
     if spec.tfdist_wheel is not None:
         body = local_wheel_line(body, spec.tfdist_wheel)
-        found["tfdist"] = Path(spec.tfdist_wheel).name.split("-")[1]
     text = render_header(spec, output_name) + body
-    return LockResult(text=text, pins=found, seconds=seconds)
+    return LockResult(text=text, pins=pins(body), seconds=seconds)
 
 
 def _names_tfdist(stderr: str) -> bool:
