@@ -6,7 +6,7 @@ PIP    := $(BIN)/python -m pip
 # Prefer the tests' own isolation over anything inherited from the caller's shell.
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench clean venv-demo venv-dev
+.PHONY: demo test test-fast bench clean venv-demo venv-dev dist system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +25,23 @@ venv-dev: $(VENV)/.dev-installed
 
 ## demo: train the digits model on 2 local workers under the tfdist supervisor
 demo: venv-demo
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/tfdist launch -n 2 --max-restarts 2 --log-dir .tfdist-demo/logs --tee -- \
-		examples/digits.py --model-dir .tfdist-demo/model
+	$(BIN)/tfdist launch -n 2 --max-restarts 2 --log-dir .tfdist-demo/logs --tee -m tfdist.examples.digits \
+		--model-dir .tfdist-demo/model
 
-## test: the whole suite (unit, CLI, integration with real processes)
-test: venv-dev
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+## dist: build the wheel and the sdist into dist/ (python -m build)
+dist: | $(BIN)/python
+	$(PIP) install --quiet build
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist . > build-dist.log 2>&1 || { cat build-dist.log; exit 1; }
+	@rm -f build-dist.log; ls dist
+
+## system-deps: the system packages the tests use (Slurm, munge, Prometheus, zsh, fish), as CI installs them
+system-deps:
+	bash .ci/system-deps.sh
+
+## test: the whole suite (unit, CLI, integration with real processes), after the system packages it uses
+test: system-deps venv-dev
+	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; bash .ci/system-deps.sh --check; exit $$status
 
 ## test-fast: everything not marked slow (under 2 minutes)
 test-fast: venv-dev
@@ -40,4 +51,4 @@ bench: venv-dev
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .tfdist-demo .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) .tfdist-demo .pytest_cache build dist src/*.egg-info

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# System packages the integration tests use: a real Slurm (slurm-wlm + munge) and a real Prometheus server.
-# Tests start these services themselves and skip with a reason only when they cannot be started.
+# System packages the tests use: a real Slurm (slurm-wlm + munge), a real Prometheus server (and promtool), and the
+# shells whose completion scripts are checked. `make test` runs this first, as CI does, so the README's test command
+# runs what CI runs. Where it cannot install (not root, or no apt-get) it says so in one line, with the command that
+# would, and `--check` repeats that line after the tests.
 set -uo pipefail
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "system-deps: not root or no apt-get; Slurm/Prometheus tests will skip" >&2
-    exit 0
-fi
-wanted=(slurm-wlm munge prometheus)
+wanted=(slurm-wlm munge prometheus zsh fish)
 missing=()
 for p in "${wanted[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || true
-    # --no-install-recommends keeps the install small; a failure only makes those tests skip.
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" || echo "system-deps: could not install ${missing[*]}" >&2
+((${#missing[@]})) || exit 0
+command="sudo apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "${1:-}" = "--check" ]; then
+    echo "system-deps: ${missing[*]} still missing, so the tests that need them were skipped; install with: $command" >&2
+    exit 0
 fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "system-deps: cannot install ${missing[*]} (not root or no apt-get); the tests that need them will skip. Install with: $command" >&2
+    exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq || true
+# --no-install-recommends keeps the install small; a failure only makes those tests skip, and is said here.
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || echo "system-deps: could not install ${missing[*]}; install with: $command" >&2
 exit 0

@@ -1,6 +1,6 @@
 """Benchmark for `tfdist launch` (issue: foundation).
 
-(a) End-to-end wall time of `tfdist launch -n 2 examples/digits.py` against the same script started by a plain
+(a) End-to-end wall time of `tfdist launch -n 2 -m tfdist.examples.digits` against the same script started by a plain
     shell script that exports TF_CONFIG by hand; alternating rounds, median ratio (goal <= 1.05).
 (b) Time from SIGKILL of one worker until tfdist has torn the whole group down (goal <= 1 s), and, for comparison,
     how long the surviving worker of the hand-started pair takes to notice on its own (capped).
@@ -22,7 +22,7 @@ import psutil
 
 from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
 
-DIGITS = str(REPO / "examples" / "digits.py")
+DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SHELL_BASELINE = """#!/usr/bin/env bash
 # What the seed article does: export TF_CONFIG by hand for each worker and start them in the background.
 set -u

@@ -1,6 +1,6 @@
 """Benchmark for fault recovery under `tfdist launch` (issue: fault tolerance).
 
-Median over several trials each, on examples/digits.py with 2 workers:
+Median over several trials each, on tfdist.examples.digits with 2 workers:
 - kill:     SIGKILL of worker 1 mid-training -> time until the whole group is torn down (goal <= 1 s), time until the
             first resumed training step (goal <= 10 s), steps lost (goal <= the save interval); with warm spares
             (the default) and, as the baseline, with --no-warm-spares.
@@ -25,7 +25,7 @@ import psutil
 
 from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
 
-DIGITS = str(REPO / "examples" / "digits.py")
+DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SAVE_EVERY = 20
 ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}  # exact step numbers in the heartbeat files
 

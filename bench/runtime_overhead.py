@@ -3,7 +3,7 @@
     .venv/bin/python bench/runtime_overhead.py                    # in-process A/B (default), 30 rounds
     .venv/bin/python bench/runtime_overhead.py --launch --rounds 5 # whole 2-worker `tfdist launch` runs
 
-In-process (default): examples/digits.py's model and data, trained with ``model.fit`` in segments of ``--steps``
+In-process (default): tfdist.examples.digits's model and data, trained with ``model.fit`` in segments of ``--steps``
 steps, one segment per side per round, the order rotated every round, all in one process, so the drift of a
 shared machine hits every side alike. Sides:
 
@@ -22,7 +22,7 @@ wall-clock steps per second and in the process's CPU seconds per step (which oth
 disturb less); the fixed cost of a ``fit`` call (callbacks' set-up, first step) is printed apart. Result: the
 median over rounds of side/off, goal at most 2 % slower.
 
-``--launch``: each round runs ``tfdist launch -n 2 examples/digits.py`` twice (with ``--metrics-port`` and
+``--launch``: each round runs ``tfdist launch -n 2 -m tfdist.examples.digits`` twice (with ``--metrics-port`` and
 TensorBoard, and without both), alternating, throughput from the chief's ``train_steps / train_seconds``. This is
 the end-to-end figure, but TensorFlow start-up and the all-reduce make it far noisier on a shared machine.
 """
@@ -75,7 +75,7 @@ def in_process(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, str(ROOT / "src"))
-    spec = importlib.util.spec_from_file_location("digits", ROOT / "examples" / "digits.py")
+    spec = importlib.util.spec_from_file_location("digits", ROOT / "src" / "tfdist" / "examples" / "digits.py")
     assert spec is not None and spec.loader is not None
     digits = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(digits)
@@ -238,7 +238,7 @@ def launch_once(on: bool, args: argparse.Namespace, workdir: Path) -> float:
         threading.Thread(target=_scrape_forever, args=([port + i for i in range(args.workers)], stop),
                          daemon=True).start()
     # --save-every past the run's end: no fault-tolerance backup inside the timed region of either side.
-    command += ["--", str(ROOT / "examples" / "digits.py"), "--epochs", "1", "--steps-per-epoch", str(args.steps),
+    command += ["--", str(ROOT / "src" / "tfdist" / "examples" / "digits.py"), "--epochs", "1", "--steps-per-epoch", str(args.steps),
                 "--save-every", "100000000", "--model-dir", str(model_dir)]
     if not on:
         command.append("--no-tensorboard")

@@ -25,7 +25,7 @@ def test_gpu_dockerfile_from_a_lock(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["docker", "--lock", str(lock), "-o", str(out), "--mirror", "tuna"]) == 0
     text = out.read_text()
     assert text.count("FROM nvidia/cuda:12.5.1-base-ubuntu24.04") == 1
-    assert "COPY locks/tf.lock /tmp/requirements.lock" in text and "python3.12 -m venv" in text
+    assert "COPY locks/tf.lock ./" in text and "python3.12 -m venv" in text
     assert (tmp_path / ".dockerignore").read_text().startswith("# Written by `tfdist docker`")
     printed = capsys.readouterr().out
     assert f"docker build -t tfdist-tf2.21-gpu --build-arg PIP_INDEX_URL=https://" in printed

@@ -16,7 +16,7 @@ CANNED = """--index-url https://mirror.example.cn/simple
 absl-py==2.5.1 \\
     --hash=sha256:{a}
     # via tensorflow
-tensorflow-cpu==2.21.0 \\
+tensorflow==2.21.0 \\
     --hash=sha256:{b}
     # via -r requirements.in
 """.format(a="a" * 64, b="b" * 64)
@@ -32,6 +32,7 @@ def fake_uv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                       f"sys.stdout.write({CANNED!r})\n")
     script.chmod(0o755)
     monkeypatch.setattr(locking, "find_uv", lambda: str(script))
+    monkeypatch.chdir(tmp_path)  # no dist/ wheel of a checkout is picked up by default
     return record
 
 
@@ -47,9 +48,9 @@ def test_lock_and_conda_files(tmp_path: Path, fake_uv: Path, capsys: pytest.Capt
     assert locking.parse_header(text).python == "3.12"
     document = yaml.safe_load(env_file.read_text())
     assert document["dependencies"][0] == "python=3.12"
-    assert document["dependencies"][2]["pip"][1].startswith("tensorflow-cpu==2.21.0 --hash=sha256:")
+    assert document["dependencies"][2]["pip"][1].startswith("tensorflow==2.21.0 --hash=sha256:")
     printed = capsys.readouterr()
-    assert "locked 2 packages (tensorflow-cpu 2.21.0)" in printed.out
+    assert "locked 2 packages (tensorflow 2.21.0)" in printed.out
     assert f"pip install --require-hashes -r {out}" in printed.out
     assert "through mirror tuna" in printed.err
 
@@ -58,7 +59,7 @@ def test_json_summary(tmp_path: Path, fake_uv: Path, capsys: pytest.CaptureFixtu
     assert main(["lock", "--tf", "2.21", "--cpu", "-o", str(tmp_path / "l.lock"), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["schema"] == "tfdist.lock" and document["schema_version"] == 1
-    assert document["pins"] == {"absl-py": "2.5.1", "tensorflow-cpu": "2.21.0"}
+    assert document["pins"] == {"absl-py": "2.5.1", "tensorflow": "2.21.0"}
     assert document["platform"] == "x86_64-manylinux_2_28"
 
 

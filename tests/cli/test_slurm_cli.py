@@ -5,10 +5,21 @@ import stat
 import sys
 
 from tests.goldens import check_golden
+import pytest
+
 from tfdist.cli.main import main
 
 DIGITS = ["-N", "2", "-T", "2", "--max-restarts", "2", "-t", "00:30:00", "--python", "/opt/venv/bin/python",
           "--model-dir", "/shared/digits", "examples/digits.py", "--epochs", "5", "--steps-per-epoch", "40"]
+
+
+@pytest.fixture(autouse=True)
+def submit_folder(tmp_path, monkeypatch):
+    """The folder sbatch would run in, holding the scripts the jobs name (tfdist slurm checks they exist)."""
+    (tmp_path / "examples").mkdir()
+    for name in ("examples/digits.py", "train.py"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
 
 
 def test_golden_digits_script(tmp_path, capsys):

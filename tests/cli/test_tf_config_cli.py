@@ -72,7 +72,7 @@ def test_stray_arguments_and_bad_source(capsys):
 
 
 def test_source_env_twin(slurm_task, monkeypatch, capsys):
-    monkeypatch.setenv("TFDIST_TF_CONFIG_SOURCE", "env")
+    monkeypatch.setenv("TFDIST_TF_CONFIG_FROM", "env")
     assert main(["tf-config"]) == 2  # no TF_CONFIG although Slurm is there
     assert "TF_CONFIG is not set" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Running a real `tfdist launch` job of examples/digits.py and injecting faults into it at chosen moments."""
+"""Running a real `tfdist launch` job of tfdist.examples.digits and injecting faults into it at chosen moments."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ import psutil
 from tests.conftest import REPO_ROOT
 from tfdist.launch.protocol import read_heartbeat
 
-DIGITS = str(REPO_ROOT / "examples" / "digits.py")
+DIGITS = str(REPO_ROOT / "src" / "tfdist" / "examples" / "digits.py")
 EPOCHS, STEPS = 3, 40
 TOTAL_STEPS = EPOCHS * STEPS
 SCRIPT_ARGS = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--step-delay",

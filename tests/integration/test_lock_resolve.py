@@ -49,7 +49,8 @@ def resolved(uv_cache: Path, _lock_store: dict[tuple[str, str], Path], monkeypat
         key = (flavour, python)
         if key not in _lock_store:
             out = tmp_path_factory.mktemp(f"lock-{flavour}-{python}") / "requirements.lock"
-            assert main(["lock", "--tf", "2.21", f"--{flavour}", "--python", python, "-o", str(out)]) == 0
+            assert main(["lock", "--tf", "2.21", f"--{flavour}", "--python", python, "-o", str(out),
+                         "--no-tfdist"]) == 0
             _lock_store[key] = out
         return _lock_store[key]
 
@@ -61,13 +62,13 @@ def test_lock_resolves_for_the_target(resolved: Resolver, flavour: str, python: 
     text = resolved(flavour, python).read_text()
     pins = locking.pins(text)
     assert pins["tf-keras"].startswith("2.21.")
-    assert pins["tensorflow"].startswith("2.21.")  # GPU: the package itself; CPU: required by tf-keras
+    assert pins["tensorflow"].startswith("2.21.")  # GPU and CPU alike: the one distribution tf-keras accepts
+    assert "tensorflow-cpu" not in pins
+    assert "tensorboard" in pins and "tfdist" not in pins
     if flavour == "gpu":
-        assert "tensorflow-cpu" not in pins
         assert pins["nvidia-cudnn-cu12"].startswith("9.")
         assert pins["nvidia-cuda-runtime-cu12"].startswith("12.")
     else:
-        assert pins["tensorflow-cpu"] == pins["tensorflow"]
         assert not any(name.startswith("nvidia-") for name in pins)
     entries = locking.requirement_entries(text)
     assert len(entries) == len(pins) and all("--hash=sha256:" in entry for entry in entries)
@@ -142,8 +143,9 @@ def loopback_mirror() -> Iterator[tuple[str, list[str]]]:
 def test_mirror_is_used_for_resolving_but_not_written(resolved: Resolver, loopback_mirror: tuple[str, list[str]]
                                                        ) -> None:
     url, served = loopback_mirror
-    through_mirror = locking.resolve(locking.LockSpec(tf="2.21", flavour="cpu", python="3.11", mirror_index=url))
-    assert any("tensorflow-cpu" in path for path in served), served
+    through_mirror = locking.resolve(locking.LockSpec(tf="2.21", flavour="cpu", python="3.11", mirror_index=url,
+                                                      include_tfdist=False))
+    assert any("tensorflow" in path for path in served), served
     assert "127.0.0.1" not in through_mirror.text
     direct = resolved("cpu", "3.11").read_text()
     assert through_mirror.pins == locking.pins(direct)

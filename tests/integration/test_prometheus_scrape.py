@@ -135,7 +135,7 @@ def test_prometheus_scrapes_a_two_worker_job(tmp_path: Path) -> None:
         [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--metrics-port", str(metrics_port),
          "--job-name", job, "--log-dir", str(tmp_path / "logs"), "--grace-period", "3",
          "--env", f"TFDIST_HEALTH_STALL_SECONDS={STALL_SECONDS}",
-         "--", str(REPO_ROOT / "examples" / "digits.py"), "--epochs", "1", "--steps-per-epoch", "100000",
+         "--", str(REPO_ROOT / "src" / "tfdist" / "examples" / "digits.py"), "--epochs", "1", "--steps-per-epoch", "100000",
          "--step-delay", "0.02", "--model-dir", str(tmp_path / "model")],
         stdout=launch_log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     tasks = [f"http://127.0.0.1:{metrics_port + i}" for i in range(2)]

@@ -19,7 +19,7 @@ from tests.integration.slurm_cluster import SlurmCluster, SlurmUnavailable
 from tfdist.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
-DIGITS = REPO / "examples" / "digits.py"
+DIGITS = REPO / "src" / "tfdist" / "examples" / "digits.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

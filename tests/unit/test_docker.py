@@ -60,14 +60,20 @@ def test_commands_carry_the_mirror_only_as_a_build_argument() -> None:
 def test_dockerfiles_install_the_lock_with_hashes_as_non_root() -> None:
     for flavour in ("gpu", "cpu"):
         text = render(DockerSpec(tf="2.21", flavour=flavour, lock="locks/tf.lock")).dockerfile
-        assert "COPY locks/tf.lock /tmp/requirements.lock" in text
-        assert "pip install --require-hashes -r /tmp/requirements.lock" in text
+        assert "WORKDIR /tmp/tfdist-install\nCOPY locks/tf.lock ./" in text
+        assert "pip install --require-hashes -r tf.lock" in text
+        # A lock that installs tfdist from a wheel built from a checkout: the wheel is copied next to it.
+        text = render(DockerSpec(tf="2.21", flavour=flavour, lock="locks/tf.lock",
+                                 tfdist_wheel="locks/tfdist-0.1.0-py3-none-any.whl")).dockerfile
+        assert "COPY locks/tf.lock locks/tfdist-0.1.0-py3-none-any.whl ./" in text
         assert "ARG PIP_INDEX_URL" in text
         assert text.rstrip().splitlines()[-1].startswith("CMD [")
         assert "USER 10001:10001" in text
 
 
 GOLDEN_CASES = {
+    "Dockerfile.cpu-tf2.21-py3.11-wheel": DockerSpec(tf="2.21", flavour="cpu", python="3.11",
+                                                     tfdist_wheel="tfdist-0.1.0-py3-none-any.whl"),
     "Dockerfile.gpu-tf2.21-py3.11": DockerSpec(tf="2.21", flavour="gpu", python="3.11"),
     "Dockerfile.gpu-tf2.21-py3.12": DockerSpec(tf="2.21", flavour="gpu", python="3.12"),
     "Dockerfile.cpu-tf2.21-py3.11": DockerSpec(tf="2.21", flavour="cpu", python="3.11"),
@@ -84,7 +90,7 @@ def test_golden_dockerignore_keeps_the_lock_in_the_context() -> None:
     check_golden("dockerignore", text)
     patterns = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert ".git" in patterns and ".venv" in patterns
-    assert not any(p in ("*.lock", "requirements.lock", "*") for p in patterns)
+    assert not any(p in ("*.lock", "requirements.lock", "*", "*.whl") for p in patterns)
 
 
 @pytest.mark.parametrize("spec", [*GOLDEN_CASES.values(), DockerSpec(tf="2.17", python="3.11"),

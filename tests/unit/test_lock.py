@@ -60,11 +60,37 @@ def test_possible_combinations_pass_the_checks() -> None:
 
 
 def test_top_level_requirements() -> None:
-    assert locking.top_level_requirements(LockSpec(tf="2.21")) == ["tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*"]
-    assert locking.top_level_requirements(LockSpec(tf="2.21.0", flavour="cpu")) == ["tensorflow-cpu==2.21.0",
-                                                                                   "tf-keras==2.21.*"]
-    # Before 2.16 Keras 2 is TensorFlow's own tf.keras: no tf-keras package.
-    assert locking.top_level_requirements(LockSpec(tf="2.15", flavour="gpu")) == ["tensorflow[and-cuda]==2.15.*"]
+    assert locking.top_level_requirements(LockSpec(tf="2.21")) == ["tensorflow[and-cuda]==2.21.*", "tf-keras==2.21.*",
+                                                                   "tensorboard"]
+    # One TensorFlow distribution: tf-keras requires `tensorflow`, so a CPU lock pins it rather than tensorflow-cpu.
+    assert locking.top_level_requirements(LockSpec(tf="2.21.0", flavour="cpu")) == ["tensorflow==2.21.0",
+                                                                                   "tf-keras==2.21.*", "tensorboard"]
+    # Before 2.16 Keras 2 is TensorFlow's own tf.keras: no tf-keras package, so the smaller CPU build fits alone.
+    assert locking.top_level_requirements(LockSpec(tf="2.15", flavour="gpu")) == ["tensorflow[and-cuda]==2.15.*",
+                                                                                  "tensorboard"]
+    assert locking.top_level_requirements(LockSpec(tf="2.15", flavour="cpu")) == ["tensorflow-cpu==2.15.*",
+                                                                                  "tensorboard"]
+
+
+def test_tfdist_itself_comes_from_the_index_or_a_local_wheel(tmp_path: Path) -> None:
+    from tfdist import __version__
+
+    assert locking.self_requirement(LockSpec(tf="2.21")) == f"tfdist=={__version__}"
+    assert locking.self_requirement(LockSpec(tf="2.21", include_tfdist=False)) is None
+    wheel = tmp_path / "tfdist-9.9-py3-none-any.whl"
+    assert locking.self_requirement(LockSpec(tf="2.21", tfdist_wheel=wheel)) == f"tfdist @ {wheel.as_uri()}"
+    body = f"tfdist @ {wheel.as_uri()} \\\n    --hash=sha256:{'c' * 64}\n"
+    local = locking.local_wheel_line(body, wheel)
+    assert local == f"./tfdist-9.9-py3-none-any.whl \\\n    --hash=sha256:{'c' * 64}\n"
+    assert locking.pins(local) == {"tfdist": "9.9"}
+
+
+def test_an_unpublished_tfdist_asks_for_the_wheel() -> None:
+    stderr = ("error: No solution found when resolving dependencies\n  cause: Because tfdist was not found in the "
+              "package registry and you require tfdist==0.1.0, we can conclude ...\n")
+    with pytest.raises(TfdistError, match="not on the package index") as caught:
+        locking.resolve(LockSpec(tf="2.21"), uv="uv", runner=FakeUv(returncode=1, stdout="", stderr=stderr))
+    assert "--tfdist-wheel dist/tfdist-" in caught.value.hint
 
 
 def test_extra_requirements_are_read_and_options_refused(tmp_path: Path) -> None:
@@ -107,7 +133,9 @@ def test_resolver_call_targets_the_spec_and_uses_the_mirror(tmp_path: Path) -> N
                      "--no-header", f"--default-index {MIRROR}", f"--python {sys.executable}",
                      "--no-python-downloads"):
         assert fragment in joined
-    assert uv.requirements_in == "tensorflow[and-cuda]==2.21.*\ntf-keras==2.21.*\npandas\n"
+    from tfdist import __version__
+
+    assert uv.requirements_in == f"tensorflow[and-cuda]==2.21.*\ntf-keras==2.21.*\ntensorboard\npandas\ntfdist=={__version__}\n"
     # The mirror is used to resolve, but nothing in the lock names it.
     assert "mirror.example.cn" not in result.text
     assert "--index-url" not in result.text and "# from" not in result.text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -12,9 +13,42 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_SCHEMA_VERSION = 1
 
 
+class TwinOption(click.Option):
+    """An option whose environment twin is ``TFDIST_<COMMAND>_<FLAG>``, named after the flag as typed.
+
+    Click names the automatic variable after the Python parameter (``--json`` stored as ``as_json`` would read
+    ``..._AS_JSON``); this class names it after the flag, in ``--help`` and when reading it, and records where a
+    value came from so that an error about it names the variable or the config file rather than the flag.
+    """
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        from tfdist.cli.settings import twin_name
+
+        if self.envvar is not None or not self.allow_from_autoenv:
+            return super().resolve_envvar_value(ctx)
+        name = twin_name(ctx, self)
+        return os.environ.get(name) or None if name else None
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        from tfdist.cli.settings import twin_name
+
+        extra = super().get_help_extra(ctx)
+        if self.show_envvar and self.envvar is None and "envvars" in extra:
+            extra["envvars"] = (twin_name(ctx, self),)
+        return extra
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:
+        from tfdist.cli.settings import remember_origin
+
+        value, source = super().consume_value(ctx, opts)
+        remember_origin(ctx, self, source)
+        return value, source
+
+
 def option(*names: str, **kwargs: Any) -> Callable[[F], F]:
-    """``click.option`` that shows its ``TFDIST_*`` environment twin in ``--help``."""
+    """``click.option`` that shows its ``TFDIST_<COMMAND>_<FLAG>`` environment twin in ``--help``."""
     kwargs.setdefault("show_envvar", True)
+    kwargs.setdefault("cls", TwinOption)
     return click.option(*names, **kwargs)
 
 

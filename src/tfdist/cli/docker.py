@@ -67,13 +67,7 @@ def command(tf: str | None, gpu: bool | None, python: str | None, lock_name: str
         spec = DockerSpec(tf=tf, flavour=flavour, python=python, image_tag=tag)
         missing_lock = None if (context / spec.lock).exists() else locking.command_line(
             locking.LockSpec(tf=tf, flavour=flavour, python=python), str(context / spec.lock))
-    index = None
-    if mirror:
-        from tfdist.mirror.catalog import get_mirror
-
-        index = get_mirror(mirror).pip_index
-        if not index:
-            raise UsageError(f"mirror {mirror!r} has no PyPI index", hint="pick another with tfdist mirror list")
+    index = locking.mirror_index(mirror) if mirror else None
     files = render(spec, index, dockerfile=str(output), context=str(context))
     # Both files are checked before either is written, so a refusal writes nothing.
     check_output(output_name, force=force)

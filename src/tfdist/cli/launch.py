@@ -13,7 +13,8 @@ from tfdist.constants import TASK_ENVIRONMENT
 from tfdist.errors import UsageError
 from tfdist.status import ExitStatus
 
-_EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
+# "\b" keeps Click from reflowing the list into one paragraph.
+_EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
 
 
 @click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
@@ -35,6 +36,9 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra variable for every task (repeatable).")
 @option("--gpus-per-task", type=click.IntRange(1), help="GPUs per training task (default: split evenly).")
 @option("--nccl-debug", is_flag=True, help="Set NCCL_DEBUG=INFO for every task.")
+@option("--tf-log-level", type=click.Choice(["auto", "info", "warning", "error", "fatal"]), default="auto",
+        show_default=True, help="Least severe TensorFlow C++ log line shown (sets TF_CPP_MIN_LOG_LEVEL for the tasks; "
+        "log files keep all). auto: an exported TF_CPP_MIN_LOG_LEVEL, else error with GPUs, fatal without.")
 @option("--grace-period", type=click.FloatRange(0), default=30.0, show_default=True,
         help="Seconds a stopped or preempted task has to save and exit before SIGKILL.")
 @option("--hang-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
@@ -52,7 +56,7 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
-            launcher_metrics_port: int | None, **flags: object) -> int:
+            launcher_metrics_port: int | None, tf_log_level: str, **flags: object) -> int:
     """Start and supervise a distributed TensorFlow job on this machine.
 
     Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
@@ -66,6 +70,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
+    environ = _with_tf_log_level(tf_log_level)
+    _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
     env = parse_env_pairs(env_pairs)
     refuse_protected(name for name, _ in env)
     timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
@@ -78,10 +84,13 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         check_port_range(spec.metrics_port, count_tasks(spec), "--metrics-port")
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
+        print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} (--tf-log-level {tf_log_level})")
         return _dry_run(spec, legacy_keras)
 
     from tfdist.launch.outcome import Cause, render_report
+    from tfdist.launch.procs import Console
     from tfdist.launch.supervisor import Supervisor
+    from tfdist.launch.tflog import LEVEL_VARIABLE
 
     launcher_metrics = None
     if launcher_metrics_port is not None:
@@ -91,7 +100,9 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
         print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
     try:
-        result = Supervisor(spec, legacy_keras=legacy_keras, metrics=launcher_metrics).run()
+        result = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
+                            console=Console(enabled=spec.tee or spec.log_dir is None,
+                                            tf_log_level=int(environ[LEVEL_VARIABLE]))).run()
     finally:
         if launcher_metrics is not None:
             launcher_metrics.close()
@@ -105,6 +116,27 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     if final is not None and final.cause is Cause.INTERRUPTED:
         return ExitStatus.CTRL_C
     return ExitStatus.TASK_FAILED
+
+
+def _check_gpus_exist(per_task: int | None) -> None:
+    """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
+    from tfdist.launch.taskenv import visible_gpus
+
+    if per_task and not visible_gpus(os.environ):
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides them all" if hidden is not None else "nvidia-smi lists none"
+        raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
+                         hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
+                         reference="launch-no-gpus")
+
+
+def _with_tf_log_level(flag: str) -> dict[str, str]:
+    """The tasks' base environment with the chosen TF_CPP_MIN_LOG_LEVEL (the console filters by the same level)."""
+    from tfdist.launch.taskenv import visible_gpus
+    from tfdist.launch.tflog import LEVEL_VARIABLE, choose_level
+
+    has_gpus = flag == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
+    return {**os.environ, LEVEL_VARIABLE: str(choose_level(flag, os.environ, has_gpus))}
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:

@@ -12,7 +12,8 @@ from tfdist.cli.common import emit_json, option
 @click.command(name="lock")
 @option("--tf", required=True, help="TensorFlow version: 2.21 (newest patch) or 2.21.0.")
 @option("--gpu/--cpu", "gpu", default=True, show_default=True,
-        help="GPU: tensorflow[and-cuda] (CUDA/cuDNN as pip wheels). CPU: tensorflow-cpu.")
+        help="GPU: tensorflow[and-cuda] (CUDA/cuDNN as pip wheels). CPU: tensorflow alone (runs on the CPU; "
+        "tensorflow-cpu before 2.16).")
 @option("--python", default="3.11", show_default=True, help="Target Python version X.Y.")
 @option("--platform", default="linux-x86_64", show_default=True,
         type=click.Choice(["linux-x86_64", "linux-aarch64"]), help="Target platform.")
@@ -26,30 +27,39 @@ from tfdist.cli.common import emit_json, option
         help="Lock file to write ('-' for stdout).")
 @option("--conda", "conda", type=click.Path(dir_okay=False), metavar="ENVIRONMENT_YML",
         help="Also write a conda environment.yml with this Python and the lock as its pip section.")
+@option("--tfdist-wheel", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="Lock tfdist from this wheel (make dist) and copy it next to the lock. Default: dist/tfdist-<version>-"
+        "*.whl here if present, else tfdist from the index.")
+@option("--no-tfdist", is_flag=True, help="Leave tfdist itself out of the lock.")
 @option("--json", "as_json", is_flag=True, help="Print a versioned JSON summary.")
 def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: str | None,
-            requirements: tuple[Path, ...], output: str, conda: str | None, as_json: bool) -> int:
+            requirements: tuple[Path, ...], output: str, conda: str | None, tfdist_wheel: Path | None,
+            no_tfdist: bool, as_json: bool) -> int:
     """Pin TensorFlow and everything it needs, with hashes, for the target Python and platform.
 
     Resolves with uv's pip compile; impossible combinations (a Python the TF release has no wheels for, a glibc
     below its wheels' floor) are refused with the reason. Install the result with
     pip install --require-hashes -r requirements.lock.
     """
-    from tfdist.deploy.lock import LockSpec, parse_header, render_conda, resolve
+    from tfdist.deploy.lock import LockSpec, default_tfdist_wheel, mirror_index, parse_header, render_conda, resolve
     from tfdist.errors import UsageError
 
     if as_json and output == "-":
         raise click.UsageError("--json needs -o FILE: with -o - the lock itself goes to stdout")
-    index = None
-    if mirror:
-        from tfdist.mirror.catalog import get_mirror
-
-        chosen = get_mirror(mirror)
-        if not chosen.pip_index:
-            raise UsageError(f"mirror {mirror!r} has no PyPI index", hint="pick another with tfdist mirror list")
-        index = chosen.pip_index
+    if tfdist_wheel is not None and no_tfdist:
+        raise click.UsageError("--tfdist-wheel and --no-tfdist contradict each other; give one")
+    if tfdist_wheel is not None and output == "-":
+        raise click.UsageError("--tfdist-wheel needs -o FILE: the wheel is copied next to the lock")
+    if tfdist_wheel is None and not no_tfdist and output != "-":
+        tfdist_wheel = default_tfdist_wheel(Path.cwd())
+        if tfdist_wheel is not None:
+            print(f"tfdist lock: locking tfdist from {tfdist_wheel} (built from this checkout)", file=sys.stderr)
+    if tfdist_wheel is not None and not tfdist_wheel.name.startswith("tfdist-"):
+        raise UsageError(f"--tfdist-wheel {tfdist_wheel} is not a tfdist wheel", hint="build it with make dist")
+    index = mirror_index(mirror) if mirror else None
     spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,
-                    mirror_index=index, extra_requirements=tuple(requirements))
+                    mirror_index=index, extra_requirements=tuple(requirements), tfdist_wheel=tfdist_wheel,
+                    include_tfdist=not no_tfdist)
     for target in (output, conda):
         if target and target != "-" and not Path(target).resolve().parent.is_dir():
             raise UsageError(f"the folder of {target} does not exist", hint="create it first")
@@ -64,9 +74,13 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
             Path(output).write_text(result.text, encoding="utf-8")
         if conda:
             Path(conda).write_text(render_conda(result.text, parse_header(result.text), name), encoding="utf-8")
+        if tfdist_wheel is not None:
+            _copy_next_to(tfdist_wheel, Path(output).resolve().parent)
     except OSError as failure:
         raise UsageError(f"cannot write {failure.filename}: {failure.strerror}", hint="check -o and --conda") from None
-    tf_dist = "tensorflow" if gpu else "tensorflow-cpu"
+    from tfdist.deploy.lock import tf_distribution
+
+    tf_dist = tf_distribution(spec)
     if as_json:
         emit_json("lock", {"output": output, "conda": conda, "tf": tf, "flavour": spec.flavour, "python": python,
                            "platform": spec.uv_platform, "packages": len(result.pins), "pins": result.pins,
@@ -79,3 +93,12 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
         print(f"wrote {output}" + (f" and {conda}" if conda else ""), file=out)
         print(f"install: pip install --require-hashes -r {output}", file=out)
     return 0
+
+
+def _copy_next_to(wheel: Path, folder: Path) -> None:
+    """The lock names the wheel as ./NAME.whl: it must lie in the lock's folder (tfdist docker copies both)."""
+    import shutil
+
+    target = folder / wheel.name
+    if target.resolve() != wheel.resolve():
+        shutil.copyfile(wheel, target)

@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 import click
@@ -31,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "k8s": ("tfdist.cli.k8s", "Write Kubernetes manifests (TFJob, JobSet, Indexed Job)."),
     "monitor": ("tfdist.cli.monitor", "Grafana dashboard and Prometheus scrape config for a job."),
     "tensorboard": ("tfdist.cli.tensorboard", "Start TensorBoard on a job's log directory."),
+    "init": ("tfdist.cli.init", "Write a training project that tfdist launch runs as it is."),
+    "example": ("tfdist.cli.example", "Print or copy an example training script shipped with tfdist."),
+    "config": ("tfdist.cli.config", "Show the settings in effect and where each comes from."),
+    "completion": ("tfdist.cli.completion", "Print the shell completion script for bash, zsh or fish."),
 }
 
 
@@ -74,28 +79,40 @@ def _wants_debug(argv: Sequence[str]) -> bool:
 
 
 def _command_path(argv: Sequence[str]) -> str:
-    words = ["tfdist"]
-    for word in argv:
-        if word.startswith("-"):
-            break
-        words.append(word)
-        if word not in COMMANDS:
-            break
-    return " ".join(words[:3])
+    """``tfdist CMD [SUB]`` from the arguments: SUB only when CMD is a group that has it (not a script name)."""
+    words = [w for w in argv if not w.startswith("-")][:2]
+    if not words or words[0] not in COMMANDS:
+        return "tfdist"
+    module = sys.modules.get(COMMANDS[words[0]][0])
+    group = getattr(module, "command", None)
+    if len(words) > 1 and isinstance(group, click.Group) and words[1] in group.commands:
+        return f"tfdist {words[0]} {words[1]}"
+    return f"tfdist {words[0]}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status; never raises except under ``--debug``."""
+    from tfdist.cli import settings
+
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _wants_debug(args)
+    settings.ORIGINS.clear()
     try:
-        result = cli.main(args=args, prog_name="tfdist", standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
+        settings.ACTIVE = settings.find_config(Path.cwd())
+        defaults = settings.default_map(settings.ACTIVE, cli)
+        result = cli.main(args=args, prog_name="tfdist", standalone_mode=False, auto_envvar_prefix=ENV_PREFIX,
+                          default_map=defaults)
     except click.exceptions.Exit as done:  # --help, --version
         return int(done.exit_code)
     except click.exceptions.Abort:
         return ExitStatus.CTRL_C
     except click.UsageError as bad:
+        if isinstance(bad, click.NoSuchOption):
+            bad.possibilities = settings.suggest_option(bad.option_name, bad.ctx)
         where = bad.ctx.command_path if bad.ctx is not None else _command_path(args)
+        param = getattr(bad, "param", None)
+        if param is not None and param.opts and max(param.opts, key=len) in settings.ORIGINS:
+            bad.param_hint = settings.ORIGINS[max(param.opts, key=len)]  # type: ignore[attr-defined]
         print(f"{where}: error: {bad.format_message()} (see '{where} --help')", file=sys.stderr)
         return ExitStatus.USAGE
     except click.ClickException as bad:
@@ -104,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TfdistError as failure:
         if debug:
             raise
+        failure.message = settings.name_origins(failure.message)
         print(f"{_command_path(args)}: error: {failure.one_line()}", file=sys.stderr)
         return failure.status
     except KeyboardInterrupt:

@@ -41,7 +41,7 @@ def command() -> None:
     """Speed-test package mirrors; switch pip, uv and conda to one (with backups and restore)."""
 
 
-@command.command(name="list")
+@command.command(name="list", short_help="Show the catalog: indexes, conda channels, notes.")
 @option("--json", "as_json", is_flag=True, help="Print the catalog as versioned JSON.")
 def list_command(as_json: bool) -> int:
     """Show the known mirrors, their indexes, conda channels and caveats."""
@@ -56,7 +56,7 @@ def list_command(as_json: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-@command.command(name="test")
+@command.command(name="test", short_help="Probe mirrors at once and rank them by install time.")
 @option("--only", metavar="A,B", help="Probe only these mirrors (comma-separated names).")
 @option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)
 @option("--package", metavar="NAME==VERSION", help="Rank by the time to the first MiB of this exact release's wheel "
@@ -87,7 +87,7 @@ def test_command(only: str | None, url: tuple[str, ...], package: str | None, sy
     return ExitStatus.SUCCESS if any(r.usable for r in report.results) else ExitStatus.ERROR
 
 
-@command.command(name="use")
+@command.command(name="use", short_help="Switch pip, uv and conda to a mirror (backups first).")
 @click.argument("name", metavar="NAME|fastest")
 @option("--tool", "tool", metavar="pip,uv,conda", help="Tools to switch (default: pip, uv, and conda if present).")
 @option("--scope", type=click.Choice(["user", "global", "site"]), default="user", show_default=True,
@@ -151,7 +151,7 @@ def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tup
     return ExitStatus.SUCCESS if result.took_effect else ExitStatus.ERROR
 
 
-@command.command(name="restore")
+@command.command(name="restore", short_help="Put back every file tfdist changed, byte for byte.")
 @option("--tool", "tool", metavar="pip,uv,conda", help="Restore only these tools' files.")
 @option("--dry-run", is_flag=True, help="Say what would be restored and change nothing.")
 @option("--json", "as_json", is_flag=True, help="Print what was restored as versioned JSON.")
@@ -171,7 +171,7 @@ def restore_command(tool: str | None, dry_run: bool, as_json: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-@command.command(name="status")
+@command.command(name="status", short_help="Show the index pip, uv and conda use, and why.")
 @option("--json", "as_json", is_flag=True, help="Print the status as versioned JSON.")
 def status_command(as_json: bool) -> int:
     """Show which index pip, uv and conda use now, and the file or variable that sets it."""
@@ -191,7 +191,7 @@ def status_command(as_json: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-@command.command(name="env")
+@command.command(name="env", short_help="Print PIP_INDEX_URL etc. for images and CI.")
 @click.argument("name")
 @option("--dockerfile", is_flag=True, help="Print a Dockerfile ENV instruction instead of shell exports.")
 @option("--url", "url", multiple=True, metavar="NAME=URL", help=_URL_HELP)

@@ -59,6 +59,11 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
     from tfdist.output import check_output, write_output
     from tfdist.quote import shell
 
+    if not Path(script).is_file():
+        from tfdist.errors import UsageError
+
+        raise UsageError(f"SCRIPT {script} does not exist here", hint="give its path as seen from the folder you run "
+                         "sbatch in, which becomes the job's working folder", reference="slurm-no-script")
     name = job_name or re.sub(r"[^A-Za-z0-9._-]", "-", Path(script).stem)[:64] or "tfdist"
     spec = SlurmJobSpec(
         script=script, args=tuple(args), nodes=nodes, tasks_per_node=tasks_per_node, job_name=name,

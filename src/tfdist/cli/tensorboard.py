@@ -52,8 +52,14 @@ def command(logdir: str, port: int, host: str, dry_run: bool) -> int:
 
     The chief writes loss, throughput and step time there (tfdist.runtime's callbacks).
     """
-    from tfdist.errors import TfdistError
+    from pathlib import Path
 
+    from tfdist.errors import TfdistError, UsageError
+
+    if "://" not in logdir and not Path(logdir).is_dir():  # gs://, s3://... are TensorBoard's to check
+        raise UsageError(f"--logdir {logdir} is not a folder" + (" (it is a file)" if Path(logdir).exists() else ""),
+                         hint="give the job's TensorBoard folder (MODEL_DIR/logs, which the chief creates "
+                         "once training starts)", reference="tensorboard-no-logdir")
     argv = tensorboard_argv(logdir, port, host)
     url = _url(host, port)
     if dry_run:

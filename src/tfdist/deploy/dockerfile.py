@@ -40,6 +40,7 @@ class DockerSpec:
         lock: path of the lock inside the build context, as written in ``COPY`` (POSIX separators).
         lock_glibc: the glibc level the lock was resolved for (checked against the base image).
         image_tag: name used in the printed ``docker build``/``docker run`` commands.
+        tfdist_wheel: path inside the build context of the tfdist wheel the lock installs (``./NAME.whl`` in it).
     """
 
     tf: str
@@ -48,6 +49,7 @@ class DockerSpec:
     lock: str = "requirements.lock"
     lock_glibc: str = "2.28"
     image_tag: str = ""
+    tfdist_wheel: str | None = None
 
     def __post_init__(self) -> None:
         # Every field lands in the Dockerfile or in a printed command: check each against its consumer's grammar.
@@ -104,8 +106,15 @@ def spec_from_lock(lock_path: Path, context_dir: Path, info: LockInfo, image_tag
             hint="write the Dockerfile next to the lock (-o DIR/Dockerfile) or copy the lock there",
             reference="docker-lock-outside-context",
         )
+    wheel = None
+    if info.tfdist_wheel:
+        wheel = (Path(relative).parent / info.tfdist_wheel).as_posix()
+        if not (Path(context_dir) / wheel).is_file():
+            raise UsageError(f"the lock {lock_path} installs tfdist from {info.tfdist_wheel}, which is not next to it",
+                             hint="put the wheel next to the lock, or re-run tfdist lock --tfdist-wheel WHEEL",
+                             reference="docker-wheel-missing")
     return DockerSpec(tf=info.tf, flavour=info.flavour, python=info.python, lock=Path(relative).as_posix(),
-                      lock_glibc=info.glibc, image_tag=image_tag)
+                      lock_glibc=info.glibc, image_tag=image_tag, tfdist_wheel=wheel)
 
 
 def _minor(version: str) -> str:
@@ -167,7 +176,9 @@ def render(spec: DockerSpec, mirror_index: str | None = None, *, dockerfile: str
     Raises:
         UsageError: see :func:`gpu_base`.
     """
-    common = {"tf": spec.tf, "python": spec.python, "lock": spec.lock, "image_tag": spec.tag}
+    install_files = spec.lock + (f" {spec.tfdist_wheel}" if spec.tfdist_wheel else "")
+    common = {"tf": spec.tf, "python": spec.python, "lock": spec.lock, "image_tag": spec.tag,
+              "install_files": install_files, "lock_name": Path(spec.lock).name}
     if spec.flavour == "gpu":
         base, python = gpu_base(spec)
         cuda = _minor(str(load_tf_build(spec.tf).cuda))

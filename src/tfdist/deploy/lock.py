@@ -11,9 +11,12 @@ A mirror is used only to *resolve*: the lock's text never names an index. uv wri
 header, strips those lines, and refuses to write a lock in which the mirror's address still appears.
 
 GPU locks pin ``tensorflow[and-cuda]`` (the CUDA and cuDNN libraries come as ``nvidia-*`` wheels) and the matching
-``tf-keras``. CPU locks pin ``tensorflow-cpu``; because ``tf-keras`` declares a dependency on ``tensorflow``, the
-resolver also pins ``tensorflow`` at the same version, so that plain ``pip install --require-hashes -r`` accepts the
-file (pip has no way to let ``tensorflow-cpu`` stand in for ``tensorflow``).
+``tf-keras``. CPU locks pin exactly one TensorFlow distribution: ``tensorflow`` itself from 2.16 on, because
+``tf-keras`` declares a dependency on ``tensorflow`` (a ``tensorflow-cpu`` pin would bring both, overwriting each
+other's files); the Linux ``tensorflow`` wheel runs on the CPU when no CUDA libraries are installed. Before 2.16
+(no tf-keras) CPU locks pin the smaller ``tensorflow-cpu``. Every lock pins TensorBoard (the runtime's callbacks
+write summaries; TF 2.21 no longer depends on it) and tfdist itself: from the index, or from a wheel built from a
+checkout, written as ``./tfdist-X-py3-none-any.whl --hash=...`` and installed from the lock's folder.
 """
 from __future__ import annotations
 
@@ -27,67 +30,29 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Callable, Sequence
 
-from packaging.version import InvalidVersion, Version
-
+# Re-exported: callers (docker, the CLI, tests) know the lock by this module; the target is defined there.
+from tfdist.deploy.lock_target import (  # noqa: F401
+    DEFAULT_PYTHON,
+    Flavour,
+    LockInfo,
+    LockSpec,
+    check_target,
+    default_tfdist_wheel,
+    load_tf_build,
+    mirror_index,
+    self_requirement,
+    tf_distribution,
+    top_level_requirements,
+)
 from tfdist.errors import TfdistError, UsageError
 
-Flavour = Literal["gpu", "cpu"]
-
-# `--platform` -> uv's platform prefix; glibc versions uv accepts for manylinux targets.
-PLATFORMS: dict[str, str] = {"linux-x86_64": "x86_64", "linux-aarch64": "aarch64"}
-GLIBC_CHOICES: tuple[str, ...] = ("2.17", "2.28", "2.31", "2.32", "2.33", "2.34", "2.35", "2.36", "2.37", "2.38",
-                                  "2.39", "2.40")
-# manylinux_2_28 covers Debian 10+, Ubuntu 18.10+, RHEL 8+ and the python:*-slim and nvidia/cuda images.
-DEFAULT_GLIBC = "2.28"
-DEFAULT_PYTHON = "3.11"
 HEADER_MARK = "# tfdist-lock: "
 LOCK_SCHEMA_VERSION = 1
-# tf-keras (Keras 2 for multi-worker fit) exists as a separate package from TF 2.16 on; earlier TF bundles Keras 2.
-TF_KERAS_SINCE = Version("2.16")
 _OPTION_LINES = re.compile(r"^\s*(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host|--no-index)\b")
 _FROM_ANNOTATION = re.compile(r"^\s*#\s*from\s+\S+://")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-@dataclass(frozen=True)
-class LockSpec:
-    """What to lock.
-
-    Args:
-        tf: TensorFlow version, ``2.21`` (newest patch) or ``2.21.0``.
-        flavour: ``gpu`` (``tensorflow[and-cuda]``) or ``cpu`` (``tensorflow-cpu``).
-        python: target Python ``X.Y``.
-        platform: ``linux-x86_64`` or ``linux-aarch64``.
-        glibc: the target's glibc (manylinux level), e.g. ``2.28``.
-        mirror_index: simple-index URL used for resolving only; None uses uv's own configuration.
-        extra_requirements: more requirement files whose entries join the lock.
-    """
-
-    tf: str
-    flavour: Flavour = "gpu"
-    python: str = DEFAULT_PYTHON
-    platform: str = "linux-x86_64"
-    glibc: str = DEFAULT_GLIBC
-    mirror_index: str | None = None
-    extra_requirements: tuple[Path, ...] = ()
-
-    @property
-    def uv_platform(self) -> str:
-        """The ``--python-platform`` value uv understands, e.g. ``x86_64-manylinux_2_28``."""
-        return f"{PLATFORMS[self.platform]}-manylinux_{self.glibc.replace('.', '_')}"
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """The target a lock was made for, as recorded in its header (read back by ``tfdist docker``)."""
-
-    tf: str
-    flavour: Flavour
-    python: str
-    platform: str
-    glibc: str
 
 
 @dataclass(frozen=True)
@@ -105,80 +70,9 @@ class LockResult:
     seconds: float = 0.0
 
 
-def load_tf_build(tf: str) -> Any:
-    """The compat data's build record for a TF version, or a :class:`UsageError` naming the known ones."""
-    from tfdist.compat import tables as compat
-
-    try:
-        Version(tf)
-    except InvalidVersion:
-        raise UsageError(f"--tf {tf!r} is not a version", hint="use e.g. --tf 2.21") from None
-    try:
-        return compat.tf_build(tf)
-    except TfdistError:
-        raise
-    except (KeyError, LookupError, ValueError):
-        known = ", ".join(str(v) for v in compat.known_tf_versions())
-        raise UsageError(f"TensorFlow {tf} is not in the compatibility data", hint=f"known: {known}",
-                         reference="tf-version-unknown") from None
-
-
-def _minor(version: str) -> Version:
-    parts = Version(version).release
-    return Version(f"{parts[0]}.{parts[1] if len(parts) > 1 else 0}")
-
-
-def check_target(spec: LockSpec) -> Any:
-    """Refuse combinations the compatibility data rules out; return the TF build record.
-
-    Raises:
-        UsageError: with the reason and a fix.
-    """
-    if spec.platform not in PLATFORMS:
-        raise UsageError(f"unsupported --platform {spec.platform!r}", hint="use " + " or ".join(PLATFORMS))
-    if spec.glibc not in GLIBC_CHOICES:
-        raise UsageError(f"unsupported --glibc {spec.glibc!r}", hint="use one of " + ", ".join(GLIBC_CHOICES))
-    try:
-        python = _minor(spec.python)
-    except InvalidVersion:
-        raise UsageError(f"--python {spec.python!r} is not a version", hint="use e.g. --python 3.11") from None
-    build = load_tf_build(spec.tf)
-    low, high = _minor(str(build.python_min)), _minor(str(build.python_max))
-    if not low <= python <= high:
-        raise UsageError(
-            f"TensorFlow {spec.tf} has no wheels for Python {spec.python}: it supports Python {low}-{high}",
-            hint=f"use --python {high} or a TensorFlow release that supports {spec.python}",
-            reference="tf-python-unsupported",
-        )
-    floor = str(build.glibc_min)
-    if Version(spec.glibc) < Version(floor):
-        raise UsageError(
-            f"TensorFlow {spec.tf} wheels need glibc >= {floor}, but the target has glibc {spec.glibc}",
-            hint=f"target a newer system (--glibc {floor} or later) or an older TensorFlow",
-            reference="tf-glibc-too-old",
-        )
-    if spec.flavour == "gpu" and not build.and_cuda_pins:
-        raise UsageError(
-            f"TensorFlow {spec.tf} has no [and-cuda] extra (it exists from 2.14 on), so a GPU lock cannot carry "
-            "CUDA and cuDNN",
-            hint="use --tf 2.14 or newer, or --cpu",
-            reference="tf-no-and-cuda",
-        )
-    return build
-
-
-def _version_spec(tf: str) -> str:
-    release = Version(tf).release
-    return f"=={tf}.*" if len(release) == 2 else f"=={tf}"
-
-
-def top_level_requirements(spec: LockSpec) -> list[str]:
-    """The requirements tfdist adds for TF itself (before the user's extra files)."""
-    wanted = [f"tensorflow[and-cuda]{_version_spec(spec.tf)}" if spec.flavour == "gpu"
-              else f"tensorflow-cpu{_version_spec(spec.tf)}"]
-    if _minor(spec.tf) >= TF_KERAS_SINCE:
-        wanted.append(f"tf-keras=={_minor(spec.tf)}.*")
-    return wanted
+def local_wheel_line(body: str, wheel: Path) -> str:
+    """Point uv's ``tfdist @ file:///abs/path.whl`` entry at ``./NAME.whl`` so the lock works from its folder."""
+    return re.sub(r"^tfdist @ file://\S+", f"./{Path(wheel).name}", body, count=1, flags=re.MULTILINE)
 
 
 def read_extra_requirements(paths: Sequence[Path]) -> list[str]:
@@ -213,6 +107,10 @@ def command_line(spec: LockSpec, output: str = "requirements.lock") -> str:
              "--platform", spec.platform, "--glibc", spec.glibc]
     for path in spec.extra_requirements:
         words += ["-r", Path(path).name]
+    if spec.tfdist_wheel is not None:
+        words += ["--tfdist-wheel", Path(spec.tfdist_wheel).name]
+    elif not spec.include_tfdist:
+        words.append("--no-tfdist")
     return " ".join(words + ["-o", output])
 
 
@@ -220,14 +118,15 @@ def render_header(spec: LockSpec, output: str = "requirements.lock") -> str:
     """The comment block tfdist puts on top of every lock; it carries the target as one JSON line."""
     info = {"schema_version": LOCK_SCHEMA_VERSION, "tf": spec.tf, "flavour": spec.flavour, "python": spec.python,
             "platform": spec.platform, "glibc": spec.glibc}
+    if spec.tfdist_wheel is not None:
+        info["tfdist_wheel"] = Path(spec.tfdist_wheel).name
     lines = [
         f"# {output}: written by tfdist; regenerate instead of editing:",
         f"#   {command_line(spec, output)}",
         f"# Target: TensorFlow {spec.tf} ({spec.flavour}), CPython {spec.python}, {spec.uv_platform}.",
-        f"# Install: pip install --require-hashes -r {output}",
+        f"# Install: pip install --require-hashes -r {output}"
+        + (f"  (from this folder, next to {Path(spec.tfdist_wheel).name})" if spec.tfdist_wheel else ""),
     ]
-    if spec.flavour == "cpu" and _minor(spec.tf) >= TF_KERAS_SINCE:
-        lines.append("# Note: tf-keras requires `tensorflow`, so it is pinned next to tensorflow-cpu at the same version.")
     lines.append(HEADER_MARK + json.dumps(info, sort_keys=True))
     return "\n".join(lines) + "\n"
 
@@ -242,7 +141,7 @@ def parse_header(text: str) -> LockInfo:
         if line.startswith(HEADER_MARK):
             data = json.loads(line[len(HEADER_MARK):])
             return LockInfo(tf=data["tf"], flavour=data["flavour"], python=data["python"],
-                            platform=data["platform"], glibc=data["glibc"])
+                            platform=data["platform"], glibc=data["glibc"], tfdist_wheel=data.get("tfdist_wheel"))
     raise UsageError("the lock file has no tfdist header", hint="create it with tfdist lock",
                      reference="lock-no-header")
 
@@ -296,8 +195,12 @@ def scrub(text: str, mirror_index: str | None) -> str:
 def pins(text: str) -> dict[str, str]:
     """``name -> version`` for each ``name==version`` entry of a requirements text."""
     found: dict[str, str] = {}
-    for match in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)", text, re.MULTILINE):
-        found[match.group(1).lower()] = match.group(2)
+    for match in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)"
+                             r"|^\./([A-Za-z0-9_.]+)-([^-\s]+)-[^\s]*\.whl", text, re.MULTILINE):
+        if match.group(1):
+            found[match.group(1).lower()] = match.group(2)
+        else:  # a local wheel, ./NAME-VERSION-TAGS.whl (tfdist built from a checkout)
+            found[match.group(3).lower().replace("_", "-")] = match.group(4)
     return found
 
 
@@ -326,7 +229,9 @@ def resolve(spec: LockSpec, *, output_name: str = "requirements.lock", runner: R
         TfdistError: the resolver failed (its message is included) or the mirror leaked.
     """
     check_target(spec)
+    own = self_requirement(spec)
     requirements = top_level_requirements(spec) + read_extra_requirements(spec.extra_requirements)
+    requirements += [own] if own else []
     binary = uv or find_uv()
     with tempfile.TemporaryDirectory(prefix="tfdist-lock-") as workdir:
         # A fixed file name in a fixed directory keeps uv's `# via -r requirements.in` annotations reproducible.
@@ -339,13 +244,26 @@ def resolve(spec: LockSpec, *, output_name: str = "requirements.lock", runner: R
             raise TfdistError(f"the resolver did not finish within {timeout:.0f} s",
                               hint="check the network or try --mirror", reference="lock-timeout") from None
         seconds = time.monotonic() - started
+    if done.returncode != 0 and own and own.startswith("tfdist==") and _names_tfdist(done.stderr):
+        raise TfdistError(f"{own.replace('==', ' ')} is not on the package index, so the lock cannot pin it",
+                          hint="build its wheel (make dist) and pass --tfdist-wheel dist/"
+                          f"tfdist-{own.split('==')[1]}-py3-none-any.whl, or leave it out with --no-tfdist",
+                          reference="lock-tfdist-unpublished")
     if done.returncode != 0:
         raise TfdistError(f"uv could not resolve TensorFlow {spec.tf} ({spec.flavour}) for Python {spec.python} "
                           f"on {spec.uv_platform}: {_uv_failure(done.stderr)}",
                           hint="check the -r requirements and the index", reference="lock-resolution-failed")
     body = scrub(done.stdout, spec.mirror_index)
+    if spec.tfdist_wheel is not None:
+        body = local_wheel_line(body, spec.tfdist_wheel)
     text = render_header(spec, output_name) + body
     return LockResult(text=text, pins=pins(body), seconds=seconds)
+
+
+def _names_tfdist(stderr: str) -> bool:
+    """uv's message says the resolution failed because of tfdist itself (not published, or not that version)."""
+    text = _ANSI.sub("", stderr)
+    return bool(re.search(r"\btfdist\b[^\n]*(not found|no version|not available)|no version of tfdist", text))
 
 
 def requirement_entries(lock_text: str) -> list[str]:
@@ -377,3 +295,4 @@ def render_conda(lock_text: str, info: LockInfo, lock_name: str = "requirements.
     ]
     lines += [f"      - {json.dumps(entry)}" for entry in requirement_entries(lock_text)]
     return "\n".join(lines) + "\n"
+

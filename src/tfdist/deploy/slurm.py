@@ -75,8 +75,10 @@ class SlurmJobSpec:
             raise UsageError(f"--port-base {self.port_base} leaves no room for {self.tasks_per_node} ports per node")
         workers = self.nodes * self.tasks_per_node - int(self.chief) - self.ps - int(self.evaluator)
         if workers < 0 or (workers == 0 and not self.chief):
-            raise UsageError(f"{self.nodes * self.tasks_per_node} tasks cannot hold the chief, {self.ps} parameter "
-                             "servers and the evaluator with at least one worker", hint="add nodes or tasks")
+            raise UsageError(f"{self.nodes * self.tasks_per_node} task(s) (-N {self.nodes} x -T {self.tasks_per_node}) "
+                             f"cannot hold {_roles(self)} and at least one worker",
+                             hint=f"ask for at least {self.nodes * self.tasks_per_node - workers + 1} tasks: "
+                             "more nodes or a higher --tasks-per-node")
 
     @property
     def total_tasks(self) -> int:
@@ -106,6 +108,11 @@ def _check_values(spec: SlurmJobSpec) -> None:
         quote.shell(word, "SCRIPT ARGS")
     for line in spec.extra_sbatch:
         quote.comment(line, "extra #SBATCH line")
+def _roles(spec: SlurmJobSpec) -> str:
+    """The non-worker roles asked for, in words ("a chief, 3 parameter servers"), naming only those requested."""
+    roles = (["a chief"] if spec.chief else []) + ([f"{spec.ps} parameter server" + ("s" if spec.ps > 1 else "")]
+                                                    if spec.ps else []) + (["an evaluator"] if spec.evaluator else [])
+    return ", ".join(roles) or "no other role"
 
 
 def _template() -> str:

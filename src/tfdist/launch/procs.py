@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping
 
 from tfdist.launch.taskenv import TaskPlan
+from tfdist.launch.tflog import console_level, hidden
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -38,14 +39,17 @@ def _die_with_launcher(launcher_pid: int) -> Callable[[], None]:
 class Console:
     """Serialises prefixed lines from many tasks onto the launcher's stdout/stderr."""
 
-    def __init__(self, enabled: bool = True, out: IO[str] | None = None, err: IO[str] | None = None) -> None:
+    def __init__(self, enabled: bool = True, out: IO[str] | None = None, err: IO[str] | None = None,
+                 tf_log_level: int | None = None) -> None:
         self.enabled = enabled
         self.out = out
         self.err = err
+        # TensorFlow's C++ lines below the tasks' TF_CPP_MIN_LOG_LEVEL stay in the log files only (see tflog).
+        self.tf_log_level = console_level(os.environ) if tf_log_level is None else tf_log_level
         self._lock = threading.Lock()
 
     def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
-        if not self.enabled:
+        if not self.enabled or hidden(line, self.tf_log_level):
             return
         stream = (self.err or sys.stderr) if to_stderr else (self.out or sys.stdout)
         with self._lock:

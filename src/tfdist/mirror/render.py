@@ -5,6 +5,7 @@ reaches a terminal, a log or a JSON consumer.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Sequence
 
 from tfdist.mirror.backup import RestoreAction
@@ -62,20 +63,40 @@ def mirror_rows(mirrors: Sequence[Mirror]) -> list[dict[str, Any]]:
     ])  # type: ignore[return-value]
 
 
+# Below this many columns the catalog table could only fit by breaking index addresses: a list is printed instead.
+_TABLE_WIDTH = 140
+
+
+def _conda_names(m: Mirror) -> list[str]:
+    return (["defaults"] if m.conda_default_channels else []) + list(m.conda_custom_channels)
+
+
+def _print_list_narrow(mirrors: Sequence[Mirror], console: Any) -> None:
+    for m in mirrors:
+        console.print(f"{m.name}  {m.title}", markup=False, highlight=False)
+        console.print(f"  index: {m.pip_index or '-'}", markup=False, highlight=False, overflow="ignore", crop=False)
+        console.print(f"  conda: {', '.join(_conda_names(m)) or '-'}", markup=False, highlight=False)
+        for note in m.notes:  # wrapped here, between words: the console soft-wraps (mid-word) otherwise
+            console.print(textwrap.fill(note, width=max(40, console.width), initial_indent="  note:  ",
+                                        subsequent_indent="         ", break_long_words=False), markup=False)
+
+
 def print_list(mirrors: Sequence[Mirror]) -> None:
     """The catalog as a table."""
     from rich.table import Table
 
+    console = _console()
+    if console.width < _TABLE_WIDTH:
+        _print_list_narrow(mirrors, console)
+        return
     table = Table(title="Package mirrors", show_lines=False)
     for column in ("name", "title", "pip / uv index", "conda", "notes"):
-        table.add_column(column, overflow="fold")
+        # An index address is copied as a whole: it is never broken; the prose columns wrap between words instead.
+        table.add_column(column, overflow="fold", no_wrap=column in ("name", "pip / uv index"))
     for m in mirrors:
-        conda = []
-        if m.conda_default_channels:
-            conda.append("defaults")
-        conda += list(m.conda_custom_channels)
-        _row(table, m.name + (f" ({', '.join(m.aliases)})" if m.aliases else ""), m.title, m.pip_index or "-", ", ".join(conda) or "-", "\n".join(m.notes))
-    _console().print(table)
+        _row(table, m.name + (f" ({', '.join(m.aliases)})" if m.aliases else ""), m.title, m.pip_index or "-",
+             ", ".join(_conda_names(m)) or "-", "\n".join(m.notes))
+    console.print(table)
 
 
 def _age(seconds: float | None) -> str:

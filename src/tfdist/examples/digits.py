@@ -1,7 +1,10 @@
 """The main job: a small classifier for scikit-learn's bundled handwritten digits (1,797 8x8 images, no download),
 trained under whatever strategy ``tfdist.runtime`` picks.
 
-    tfdist launch -n 2 -- examples/digits.py --epochs 5 --model-dir /tmp/digits
+    tfdist launch -n 2 -m tfdist.examples.digits --epochs 5 --model-dir /tmp/digits
+    tfdist example digits -o digits.py      # a copy to edit and launch as a script
+
+The data comes with scikit-learn: pip install 'tfdist[examples]'.
 
 The chief prints ``final_accuracy=<float>`` (on a held-out split) as its last line, and ``resumed_from_step=<int>``
 when it resumed from a checkpoint. Every training worker prints ``weights_checksum=<float>`` so that a test can check
@@ -37,7 +40,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load_digits(seed: int):
     """Features scaled to [0, 1] and a fixed 80/20 train/test split."""
     import numpy as np
-    from sklearn.datasets import load_digits as sklearn_digits
+
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError:
+        print("digits: error: the data set ships with scikit-learn, which is not installed "
+              "(pip install 'tfdist[examples]')", file=sys.stderr)
+        raise SystemExit(2) from None
 
     data = sklearn_digits()
     x = (data.data / 16.0).astype("float32")

@@ -1,0 +1,46 @@
+"""``tfdist example``: print or write one of the example training scripts shipped inside the package."""
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from tfdist.cli.common import option
+
+
+def shipped_examples() -> list[str]:
+    """Names of the example scripts in ``tfdist.examples`` (``digits`` for ``digits.py``)."""
+    folder = resources.files("tfdist.examples")
+    return sorted(entry.name[:-3] for entry in folder.iterdir()
+                  if entry.name.endswith(".py") and not entry.name.startswith("_"))
+
+
+@click.command(name="example")
+@click.argument("name", required=False)
+@option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+        help="Write the script here instead of printing it (never over an existing file without --force).")
+@option("--force", is_flag=True, help="Replace an existing --output file.")
+def command(name: str | None, output: Path | None, force: bool) -> int:
+    """Print (or write with -o) an example training script that ships with tfdist; without NAME, list them.
+
+    Each one also runs straight from the package: tfdist launch -n 2 -m tfdist.examples.NAME
+    """
+    from tfdist.errors import UsageError
+    from tfdist.deploy.scaffold import write_new
+
+    names = shipped_examples()
+    if name is None:
+        for known in names:
+            print(f"{known}\ttfdist launch -n 2 -m tfdist.examples.{known}")
+        return 0
+    if name not in names:
+        raise UsageError(f"no example named {name!r}", hint="known: " + ", ".join(names))
+    text = resources.files("tfdist.examples").joinpath(f"{name}.py").read_text(encoding="utf-8")
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    write_new(output, text, force=force, flag="--output")
+    print(f"wrote {output}; run it with: tfdist launch -n 2 -- {output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,100 @@
+"""tfdist.toml / [tool.tfdist]: defaults for every command's flags, with flag > environment twin > file > default,
+checked through the real commands (launch --dry-run plans the tasks it would start)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tfdist.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def project(workdir: Path) -> Path:
+    """Every test runs in a working folder with a training script (tests/conftest.py clears TFDIST_* variables)."""
+    return workdir
+
+
+def _planned(capsys: pytest.CaptureFixture[str]) -> int:
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("dry run: ")
+    return int(last.split()[2])
+
+
+@pytest.mark.parametrize("flag, env, file, expected", [
+    (None, None, None, 1),     # built-in default: one worker
+    (None, None, 3, 3),        # the file
+    (None, 4, 3, 4),           # the environment twin beats the file
+    (5, 4, 3, 5),              # the flag beats both
+    (5, None, 3, 5),
+    (2, 4, None, 2),
+    (None, 4, None, 4),
+])
+def test_precedence_flag_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str], flag, env, file, expected) -> None:
+    if file is not None:
+        (tmp_path / "tfdist.toml").write_text(f"[launch]\nworkers = {file}\n")
+    if env is not None:
+        monkeypatch.setenv("TFDIST_LAUNCH_WORKERS", str(env))
+    argv = ["launch", "--dry-run"] + (["-n", str(flag)] if flag is not None else []) + ["--", "train.py"]
+    assert main(argv) == 0
+    assert _planned(capsys) == expected
+
+
+def test_pyproject_tool_table_and_dashed_or_underscored_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.tfdist.launch]\nworkers = 2\n'
+                                             'job_name = "from-pyproject"\n')
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert "TFDIST_JOB_NAME=from-pyproject" in out and "dry run: 2 task(s)" in out
+
+
+def test_tfdist_toml_wins_over_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.tfdist.launch]\nworkers = 2\n")
+    (tmp_path / "tfdist.toml").write_text("[launch]\nworkers = 3\n")
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 0
+    assert _planned(capsys) == 3
+
+
+def test_subcommand_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tfdist.toml").write_text("[monitor.scrape-config]\ntarget = 'local'\nport = 9700\n")
+    assert main(["config", "show", "monitor", "scrape-config", "--json"]) == 0
+    rows = {r["flag"]: r for r in json.loads(capsys.readouterr().out)["settings"]}
+    assert rows["--port"]["value"] == 9700 and "monitor.scrape-config.port" in rows["--port"]["source"]
+
+
+@pytest.mark.parametrize("text, named", [
+    ("[launch]\nwrkers = 2\n", "launch.wrkers"),
+    ("[lanch]\nworkers = 2\n", "lanch"),
+    ("[launch]\nworkers = 'many'\n", "launch.workers = 'many'"),
+    ("[launch\n", "is not valid TOML"),
+])
+def test_bad_files_are_refused_naming_file_and_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str], text: str, named: str) -> None:
+    (tmp_path / "tfdist.toml").write_text(text)
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert str(tmp_path / "tfdist.toml") in err and named in err
+
+
+def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tfdist.toml").write_text("[launch]\nworkers = 3\nmax-restarts = 2\n")
+    monkeypatch.setenv("TFDIST_LAUNCH_MAX_RESTARTS", "7")
+    assert main(["config", "show", "launch"]) == 0
+    lines = {line.split()[2]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert lines["--workers"].split()[3] == "3" and lines["--workers"].endswith("(launch.workers)")
+    assert lines["--max-restarts"].split()[3] == "7" and lines["--max-restarts"].endswith("env TFDIST_LAUNCH_MAX_RESTARTS")
+    assert lines["--ps"].split()[3] == "0" and lines["--ps"].endswith("default")
+
+
+def test_an_error_about_a_value_from_the_file_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tfdist.toml").write_text("[lock]\ntf = '2.x'\n")
+    assert main(["lock", "-o", str(tmp_path / "l.lock")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{tmp_path / 'tfdist.toml'}: lock.tf '2.x' is not a version" in err
