@@ -27,6 +27,9 @@ class _MaskingConsole:
     def print(self, *objects: Any, **kwargs: Any) -> None:
         self.console.print(*[mask_secrets(o) if isinstance(o, str) else o for o in objects], **kwargs)
 
+    def __getattr__(self, name: str) -> Any:  # width, size...: the wrapped console's
+        return getattr(self.console, name)
+
 
 def _console() -> Any:
     return _MaskingConsole()
