@@ -14,7 +14,7 @@ from tfdist.mirror.catalog import get_mirror
 
 LOCK_BODY = "six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
 # The instructions of the CPU Dockerfile, in order: a value that adds or splits one shows up here.
-INSTRUCTIONS = ["FROM", "ARG", "ENV", "SHELL", "COPY", "RUN", "WORKDIR", "COPY", "USER", "CMD"]
+INSTRUCTIONS = ["FROM", "ARG", "ENV", "SHELL", "WORKDIR", "COPY", "RUN", "WORKDIR", "COPY", "USER", "CMD"]
 # flag -> (valid base value, whether the value is a path the tool creates or reads)
 FLAGS = {
     "--tf": ("2.21", False), "--python": ("3.11", False), "--lock": ("requirements.lock", True),
@@ -58,7 +58,7 @@ def check_round_trip(flag: str, value: str, dockerfile: Path, out: str) -> None:
     elif flag == "--python":
         assert parsed[0][1] == f"python:{value or '3.11'}-slim-bookworm"  # empty: the default, as documented
     elif flag == "--lock":
-        assert parsed[4][1] == f"{Path(value).as_posix()} /tmp/requirements.lock"  # pathlib drops a trailing /
+        assert parsed[5][1] == f"{Path(value).as_posix()} ./"  # pathlib drops a trailing /
     elif flag == "--mirror":
         if not value:  # empty: no mirror, as without the flag
             assert not any(word.startswith("PIP_INDEX_URL=") for word in build)

@@ -62,6 +62,10 @@ class DockerSpec:
             raise validate.refuse("--lock", self.lock, "cannot be named in a COPY instruction",
                                   "rename the lock (letters, digits, '.', '_', '-', '+', '@', '=', ',') "
                                   "inside the build context")
+        if self.tfdist_wheel is not None and (not _COPY_PATH.fullmatch(self.tfdist_wheel)
+                                              or ".." in self.tfdist_wheel.split("/")):
+            raise validate.refuse("the lock's tfdist wheel", self.tfdist_wheel, "cannot be named in a COPY instruction",
+                                  "rebuild the wheel (make dist) and lock again")
         if self.image_tag:
             validate.image_reference(self.image_tag, "--tag", allow_digest=False)
 
