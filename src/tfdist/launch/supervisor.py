@@ -12,6 +12,7 @@ stop and restart with a new cluster (an elastic round), or :meth:`Supervisor.req
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -140,6 +141,7 @@ class Supervisor:
         group.start(should_stop=lambda: self.stops.requested)
         if self._watcher is not None:
             self._watcher.watch(group.pids)  # each task leads its own process group
+        self._event("attempt-started", attempt=attempt, tasks=len(group.procs), warm=group.warm)
         if group.procs:
             if self.metrics is not None:
                 for proc in group.procs:
@@ -165,6 +167,7 @@ class Supervisor:
             self._announce()
             snapshot = group.poll(stale_after=t.hang)
             if self.stops.requested:
+                self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
                 grace = t.untrained_grace if policy.nothing_to_save(snapshot, self.spec) else t.grace
                 group.stop(grace, kill_now=lambda: self.stops.kill_now)
                 self._announce()
@@ -191,6 +194,8 @@ class Supervisor:
 
     def _end(self, group: TaskGroup, attempt: int, verdict: policy.Verdict) -> Attempt:
         t = self.spec.timeouts
+        self._event("verdict", attempt=attempt, action=verdict.action.value,
+                    cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         interrupted = lambda: self.stops.requested  # noqa: E731
         failure = group.failure(verdict.culprit)
         if verdict.action is policy.Action.SUCCEED:
@@ -214,6 +219,7 @@ class Supervisor:
                       f"start-failed: {headline}")
             group.stop(min(t.failure_grace, t.grace), kill_now=lambda: self.stops.kill_now)
         snapshot = group.poll()
+        self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient)
 
@@ -275,6 +281,16 @@ class Supervisor:
         if self._temporary_logs and self.result.cause is not None and self.result.cause not in (
                 Cause.TASK_FAILED, Cause.HUNG, Cause.PORT_CONFLICT, Cause.START_FAILED):
             shutil.rmtree(self.log_dir, ignore_errors=True)  # kept after a failure: the report points into it
+
+    def _event(self, name: str, **fields: Any) -> None:
+        """One line of ``events.jsonl`` in the log folder: what the launcher did when (wall clock), for the live view
+        and bench/recovery.py's breakdown of a restart."""
+        line = json.dumps({"time": time.time(), "event": name, **fields})
+        try:
+            with open(os.path.join(self.log_dir, "events.jsonl"), "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError:
+            pass  # a full disk must not stop the supervision
 
     def _announce(self) -> None:
         for message in self.stops.announcements():
