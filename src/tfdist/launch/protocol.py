@@ -116,7 +116,7 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TFDIST_HEALTH_STALL_SECONDS", SetBy.USER, "/healthz fails after this long without a step (default 300)"),
     EnvVar("TFDIST_HEALTH_STARTUP_SECONDS", SetBy.USER, "/healthz allows this long before the first step (default 900)"),
     EnvVar("TFDIST_SAVE_EVERY_STEPS", SetBy.USER, "fault-tolerance backup interval in steps (default 100)"),
-    EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 300)"),
+    EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 0: no limit)"),
     EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
 )
 VARIABLES: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}
