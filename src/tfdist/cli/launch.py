@@ -92,7 +92,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     become_subreaper()  # before the first child, so every descendant is ours to find
     launcher_metrics = None
     if launcher_metrics_port is not None:
-        from tfdist.runtime.metrics import LauncherMetrics
+        from tfdist.launch.metrics import LauncherMetrics
 
         launcher_metrics = LauncherMetrics(spec.job_name)
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
@@ -112,6 +112,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
+    from tfdist.cluster import TfConfig
     from tfdist.launch.ports import free_ports, ports_from_base
     from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
@@ -122,7 +123,7 @@ def _dry_run(spec: object, legacy_keras: bool) -> int:
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
     for plan in plans:
         print(f"[{plan.name}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(json.loads(plan.tf_config), sort_keys=True)}")
+        print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True)}")
         for key, value in plan.environment().items():
             if key != "TF_CONFIG":
                 print(f"  {key}={value}")

@@ -29,8 +29,11 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.status import ExitStatus
 
 PROTOCOL_VERSION = 1
+# A task that saved its state after SIGTERM exits with this; the launcher restarts it without spending the budget.
+PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)
 
 
 # -- the registry of every variable ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import psutil
 
+from tfdist.cluster import format_address
 from tfdist.launch import policy
 from tfdist.launch.group import TaskGroup
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult
@@ -149,8 +150,9 @@ class Supervisor:
             how = f" ({group.warm} from warm spares)" if group.warm else ""
             self._say(f"attempt {attempt}: started {len(group.procs)} task(s){how}: {group.summary()}")
             if self.spec.metrics_port is not None:
-                self._say("metrics: " + ", ".join(f"{p.name} http://{p.plan.metrics_host}:{p.plan.metrics_port}"
-                                                  f"/metrics" for p in group.procs))
+                urls = (f"{p.name} http://{format_address(p.plan.metrics_host, p.plan.metrics_port)}/metrics"
+                        for p in group.procs)
+                self._say("metrics: " + ", ".join(urls))
         try:
             return self._watch(group, attempt)
         finally:

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from typing import Mapping, Sequence
 
+from tfdist.cluster import format_address
 from tfdist.errors import UsageError
 from tfdist.launch import protocol as C
 from tfdist.launch.ports import format_address
