@@ -61,7 +61,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
-    from tfdist.launch.ports import check_ports, is_loopback
+    from tfdist.cluster import is_loopback
+    from tfdist.launch.ports import check_ports
     from tfdist.launch.preflight import check_log_dir, keras_plan, resolve_command
     from tfdist.launch.protocol import refuse_protected
     from tfdist.launch.spec import LaunchSpec, Timeouts

@@ -10,7 +10,6 @@ import errno
 import socket
 from typing import Any
 
-from tfdist.cluster.address import is_loopback  # noqa: F401 - re-exported for the CLI
 from tfdist.errors import UsageError
 
 MAX_PORT = 65535
@@ -18,11 +17,6 @@ MAX_PORT = 65535
 
 def family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def format_address(host: str, port: int) -> str:
-    """``host:port``, with an IPv6 address in brackets (``[::1]:2222``) as gRPC and TF_CONFIG expect."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _bind_error(host: str, port: int) -> OSError | None:
