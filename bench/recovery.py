@@ -63,15 +63,16 @@ def tasks(logs: Path, attempt: int) -> dict[str, psutil.Process]:
 
 
 def spares_ready(launcher: psutil.Process, logs: Path) -> bool:
-    """Every task has a warm spare that finished importing TensorFlow (its process has loaded libtensorflow)."""
+    """Every task has a warm spare that finished its imports: its main thread waits on its stdin pipe."""
     own = {p.pid for p in tasks(logs, 0).values()}
     ready = 0
     for child in launcher.children():
         try:
-            if child.pid not in own and "tfdist.launch.spare" in " ".join(child.cmdline()) and any(
-                    "libtensorflow" in m.path for m in child.memory_maps()):
-                ready += 1
-        except psutil.Error:
+            if child.pid in own or "tfdist.launch.spare" not in " ".join(child.cmdline()):
+                continue
+            with open(f"/proc/{child.pid}/wchan") as handle:
+                ready += "pipe" in handle.read()
+        except (psutil.Error, OSError):
             pass
     return ready >= 2
 

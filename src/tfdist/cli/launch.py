@@ -47,7 +47,7 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
 @option("--warm-spares/--no-warm-spares", default=True, show_default=True,
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
-@option("--thread-caps/--no-thread-caps", default=True, show_default=True,
+@option("--thread-caps/--no-thread-caps", default=False, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
@@ -61,7 +61,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
-    from tfdist.launch.ports import check_ports, is_loopback
+    from tfdist.cluster import is_loopback
+    from tfdist.launch.ports import check_ports
     from tfdist.launch.preflight import check_log_dir, keras_plan, resolve_command
     from tfdist.launch.protocol import refuse_protected
     from tfdist.launch.spec import LaunchSpec, Timeouts

@@ -10,7 +10,6 @@ import errno
 import socket
 from typing import Any
 
-from tfdist.cluster.address import format_address, is_loopback  # noqa: F401 - re-exported for the CLI
 from tfdist.errors import UsageError
 
 MAX_PORT = 65535

@@ -32,7 +32,7 @@ from tfdist.launch.group import TaskGroup
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult
 from tfdist.launch.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.procs import Console
-from tfdist.launch.protocol import TaskPlan
+from tfdist.launch.protocol import TaskPlan, read_modules
 from tfdist.launch.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.restart import RestartPolicy
 from tfdist.launch.signals import StopRequests
@@ -244,15 +244,18 @@ class Supervisor:
         return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: Any) -> None:
-        """Warm spares start once the group trains, so their TensorFlow import does not slow the group's own start
-        (or after ``timeouts.spares_after``, for scripts that send no heartbeats)."""
+        """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
+        with the group's own start, restore and first (traced) step; or after ``timeouts.spares_after``, for scripts
+        that send no heartbeats."""
         if not self._spares_wanted() or (self._spares is not None and len(self._spares) >= len(group.plans)):
             return
-        if snapshot.trainers_training or snapshot.elapsed > self.spec.timeouts.spares_after:
+        if snapshot.trainers_progressed or snapshot.elapsed > self.spec.timeouts.spares_after:
             if self._spares is None:
                 env = {**self.environ, **shared_env(self.spec, self.legacy_keras, self.environ)}
                 self._spares = SparePool(self.spec.command, env)
-            self._spares.fill(len(group.plans))
+            preload = sorted({m for p in group.plans if p.task_type in ("chief", "worker")
+                              for m in read_modules(p.heartbeat_path)})
+            self._spares.fill(len(group.plans), preload)
             group.spares = self._spares
 
     def _wait(self, seconds: float) -> bool:
