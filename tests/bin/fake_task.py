@@ -1,7 +1,7 @@
 """A stand-in training task for launcher tests (no TensorFlow): behaves as its arguments say, per task.
 
     fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
-                 [--first-attempt-only] [--spawn-child]
+                 [--first-attempt-only] [--spawn-child] [--detach-child] [--startup-delay S] [--chatter N]
 
 Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
 """
@@ -32,7 +32,15 @@ def main() -> int:
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--bind", action="store_true", help="bind this task's TF_CONFIG address, as a TF server would")
     p.add_argument("--fail-delay", type=float, default=0.0, help="send heartbeats this long before failing")
+    p.add_argument("--detach-child", action="store_true", help="start a grandchild in its own session (setsid)")
+    p.add_argument("--startup-delay", type=float, default=0.0, help="sleep this long first, as a TF import would")
+    p.add_argument("--chatter", type=int, default=0, help="print this many 1 kB lines to stdout and stderr")
+    p.add_argument("--abort-like-no-threads", action="append", default=[],
+                   help="TASK: die as a C++ runtime that could not create a thread does (SIGABRT)")
     args = p.parse_args()
+    if args.startup_delay:
+        print("starting up", flush=True)
+        time.sleep(args.startup_delay)
 
     info = runtime.cluster_info()
     me = f"{info.task_type}:{info.task_index}"
@@ -40,7 +48,8 @@ def main() -> int:
         import socket
 
         host, port = info.cluster[info.task_type][info.task_index].rsplit(":", 1)
-        server = socket.socket()
+        host = host.strip("[]")  # an IPv6 address is written in brackets
+        server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
             server.bind((host, int(port)))
         except OSError as bad:
@@ -54,25 +63,39 @@ def main() -> int:
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         record["child_pid"] = child.pid
-    with open(os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}-{attempt}.json"), "w") as f:
+    if args.detach_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        record["child_pid"] = child.pid
+    path = os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}-{attempt}.json")
+    with open(path + ".tmp", "w") as f:  # whole or not at all: tests read these while tasks start
         json.dump(record, f)
+    os.replace(path + ".tmp", path)
     print(f"hello from {me} attempt {attempt}", flush=True)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+    for i in range(args.chatter):
+        print(f"line {i} " + "x" * 1000, flush=True)
+        print(f"err {i} " + "y" * 1000, file=sys.stderr, flush=True)
     active = not args.first_attempt_only or attempt == 0
     heartbeat = Heartbeat(min_interval=0.0)
     if active and me in args.hang:
         heartbeat.beat(1)
         time.sleep(3600)
+    if active and me in args.abort_like_no_threads:
+        print("terminate called after throwing an instance of 'std::system_error'\n"
+              "  what():  Resource temporarily unavailable", file=sys.stderr, flush=True)
+        os.abort()
     if active and me in args.raise_in:
         raise ValueError(f"boom in {me}")
     for spec in args.fail:
         task, _, code = spec.rpartition(":")
         if active and task == me:
             until = time.monotonic() + args.fail_delay
+            beats = 0
             while time.monotonic() < until:
-                heartbeat.beat(1)
+                beats += 1
+                heartbeat.beat(beats)  # training steps go by until the failure
                 time.sleep(0.02)
             print(f"{me} failing with {code}", file=sys.stderr, flush=True)
             return int(code)
