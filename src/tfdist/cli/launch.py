@@ -62,13 +62,17 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
     from tfdist.launch.preflight import keras_plan, resolve_command
-    from tfdist.launch.spec import LaunchSpec
+    from tfdist.launch.protocol import refuse_protected
+    from tfdist.launch.spec import LaunchSpec, Timeouts
     from tfdist.launch.taskenv import parse_env_pairs
 
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
-    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
-                      env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
+    env = parse_env_pairs(env_pairs)
+    refuse_protected(name for name, _ in env)
+    timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
+    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
+                      timeouts=timeouts, **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
         return _dry_run(spec, legacy_keras)
@@ -114,11 +118,11 @@ def _dry_run(spec: object, legacy_keras: bool) -> int:
     plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",  # type: ignore[attr-defined,arg-type]
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
     for plan in plans:
-        print(f"[{plan.task}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(json.loads(plan.env['TF_CONFIG']), sort_keys=True)}")
-        for key, value in plan.env.items():
+        print(f"[{plan.name}] {plan.address}")
+        print(f"  TF_CONFIG={json.dumps(json.loads(plan.tf_config), sort_keys=True)}")
+        for key, value in plan.environment().items():
             if key != "TF_CONFIG":
                 print(f"  {key}={value}")
-        print(f"  command: {shlex.join(plan.command)}")
+        print(f"  command: {shlex.join(plan.command.argv())}")
     print(f"dry run: {len(plans)} task(s) planned, none started")
     return ExitStatus.SUCCESS
