@@ -1,7 +1,7 @@
 """A stand-in training task for launcher tests (no TensorFlow): behaves as its arguments say, per task.
 
     fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
-                 [--first-attempt-only] [--spawn-child]
+                 [--first-attempt-only] [--spawn-child] [--total-steps N]
 
 Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
 """
@@ -32,6 +32,8 @@ def main() -> int:
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--bind", action="store_true", help="bind this task's TF_CONFIG address, as a TF server would")
     p.add_argument("--fail-delay", type=float, default=0.0, help="send heartbeats this long before failing")
+    p.add_argument("--total-steps", type=int, default=None,
+                   help="train this many 20 ms steps (instead of --sleep), reporting the total and a falling loss")
     args = p.parse_args()
 
     info = runtime.cluster_info()
@@ -61,7 +63,7 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     active = not args.first_attempt_only or attempt == 0
-    heartbeat = Heartbeat(min_interval=0.0)
+    heartbeat = Heartbeat(min_interval=0.0, total_steps=args.total_steps)
     if active and me in args.hang:
         heartbeat.beat(1)
         time.sleep(3600)
@@ -80,10 +82,12 @@ def main() -> int:
         time.sleep(3600)  # parameter servers serve until stopped
     deadline = time.monotonic() + args.sleep
     step = 0
-    while time.monotonic() < deadline:
+    while (step < args.total_steps) if args.total_steps is not None else (time.monotonic() < deadline):
         step += 1
-        heartbeat.beat(step)
+        heartbeat.beat(step, loss=1.0 / step, examples=32 * step)
         time.sleep(0.02)
+    if args.total_steps is not None:
+        heartbeat.finished(step, loss=1.0 / step, examples=32 * step)
     if info.task_type == "evaluator":
         time.sleep(3600)
     print(f"{me} done", flush=True)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from tfdist.launch import progress, runs
@@ -60,22 +60,25 @@ class Row:
 
 
 def render_rows(rows: Sequence[Row]) -> list[str]:
-    """One aligned line per task: state, step[/total], steps/s, loss, restarts, and the ETA when the total is known."""
+    """One aligned line per task: state, step[/total], steps/s (when measured), loss, restarts, and the ETA while a
+    task trains towards a known total."""
     if not rows:
         return []
     steps = [("-" if r.step is None else f"{r.step:,}") + (f"/{r.total_steps:,}" if r.total_steps else "")
              for r in rows]
+    rates = [None if r.steps_per_s is None else f"{r.steps_per_s:.1f}" for r in rows]
     name_w = max(len(r.task) for r in rows)
     state_w = max(len(r.state) for r in rows)
     step_w = max(len(s) for s in steps)
     lines = []
-    for row, step in zip(rows, steps):
-        rate = "-" if row.steps_per_s is None else f"{row.steps_per_s:.1f}"
-        line = (f"{row.task:<{name_w}}  {row.state:<{state_w}}  step {step:>{step_w}}  {rate:>6} steps/s  "
-                f"loss {format_number(row.loss):<8}  restarts {row.restarts}")
-        if row.total_steps:
+    for row, step, rate in zip(rows, steps, rates):
+        line = f"{row.task:<{name_w}}  {row.state:<{state_w}}  step {step:>{step_w}}"
+        if any(rates):
+            line += f"  {rate or '-':>6} steps/s"
+        line += f"  loss {format_number(row.loss):<8}  restarts {row.restarts}"
+        if row.eta_s is not None:
             line += f"  ETA {format_duration(row.eta_s)}"
-        lines.append(line.rstrip())
+        lines.append(line)
     return lines
 
 
@@ -94,18 +97,26 @@ class Summary:
     restarts: int
     steps: int | None = None
     loss: float | None = None
-    metrics: Mapping[str, float] = field(default_factory=dict)
+    examples: int | None = None
+
+    def _per_second(self, count: int | None) -> float | None:
+        return count / self.duration_s if count and self.duration_s > 0 else None
 
     @property
     def steps_per_s(self) -> float | None:
-        if not self.steps or self.duration_s <= 0:
-            return None
-        return self.steps / self.duration_s
+        return self._per_second(self.steps)
+
+    @property
+    def examples_per_s(self) -> float | None:
+        return self._per_second(self.examples)
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "duration_s": round(self.duration_s, 3), "restarts": self.restarts,
-                "steps_per_s": None if self.steps_per_s is None else round(self.steps_per_s, 3),
-                "loss": self.loss, "metrics": dict(self.metrics)}
+        def rounded(value: float | None) -> float | None:
+            return None if value is None else round(value, 3)
+
+        return {"steps": self.steps, "duration_s": rounded(self.duration_s), "restarts": self.restarts,
+                "steps_per_s": rounded(self.steps_per_s), "examples": self.examples,
+                "examples_per_s": rounded(self.examples_per_s), "loss": self.loss}
 
 
 def render_summary(summary: Summary) -> list[str]:
@@ -116,12 +127,12 @@ def render_summary(summary: Summary) -> list[str]:
         parts.append(f"{summary.steps:,} steps")
     if summary.steps_per_s is not None:
         parts.append(f"{summary.steps_per_s:.1f} steps/s")
+    if summary.examples_per_s is not None:
+        parts.append(f"{summary.examples_per_s:,.0f} examples/s")
     parts.append(restarts)
-    lines = [", ".join(parts)]
-    finals = ([("loss", summary.loss)] if summary.loss is not None else []) + sorted(summary.metrics.items())
-    if finals:
-        lines.append("tfdist: final " + ", ".join(f"{k} {format_number(v)}" for k, v in finals))
-    return lines
+    if summary.loss is not None:
+        parts.append(f"final loss {format_number(summary.loss)}")
+    return [", ".join(parts)]
 
 
 # ----------------------------------------------------------------------------------------- the live thread
@@ -220,14 +231,14 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
           stream: TextIO | None = None) -> Iterator[LiveView]:
     """Record the run, show the live view (``live``: None = when ``stream`` is a terminal), print the summary.
 
-    ``supervisor`` is read, never driven: ``run_id``, ``log_dir``, ``spec`` (``log_dir``, ``job_name``,
-    ``command``), ``state`` (an enum with ``.value``) and ``result`` (``restarts``).
+    ``supervisor`` is read, never driven: ``run_id``, ``log_dir``, ``spec`` (``log_dir``, ``job_name``, ``command``
+    with ``argv()``), ``state`` (an enum with ``.value``) and ``result`` (``restarts``).
     """
     environ = os.environ if environ is None else environ
     stream = stream or sys.stderr
     spec = supervisor.spec
     record = runs.new_record(run_id=supervisor.run_id, log_dir=supervisor.log_dir, temporary=spec.log_dir is None,
-                             job_name=spec.job_name, command=tuple(spec.command))
+                             job_name=spec.job_name, command=tuple(spec.command.argv()))
     runs.save(record, environ)
     show = wants_live(stream, environ) if live is None else live
     view = LiveView(supervisor.log_dir, supervisor.run_id, record.started_at,
@@ -247,7 +258,7 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
         summary = Summary(run_id=supervisor.run_id, state=state, duration_s=time.time() - record.started_at,
                           restarts=int(getattr(getattr(supervisor, "result", None), "restarts", view.attempt or 0)),
                           steps=beat.step if beat else None, loss=beat.loss if beat else None,
-                          metrics=dict(beat.metrics) if beat else {})
+                          examples=beat.examples if beat else None)
         runs.save(runs.finished(record, state, summary.to_json()), environ)
         if show:
             for line in render_summary(summary):

@@ -7,36 +7,28 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable
 
-from tfdist.launch import runs
-from tfdist.launch.outcome import read_error_file, read_heartbeat
+from tfdist.launch import protocol, runs
 
 # How far back the steps/s estimate looks: long enough to smooth 0.5 s heartbeats, short enough to follow a change.
 RATE_WINDOW_S = 10.0
 
 
-@dataclass(frozen=True)
-class Beat:
-    """A task's last heartbeat."""
-
-    time: float  # when it was written, seconds since the epoch
-    step: int | None = None
-    finished: bool = False  # training is over (the task may still save and evaluate)
-    loss: float | None = None
-    total_steps: int | None = None
-    metrics: Mapping[str, float] = field(default_factory=dict)
+Beat = protocol.HeartbeatRecord
 
 
 def read_beat(path: str) -> Beat | None:
-    """The heartbeat at ``path``, or None before the first one."""
+    """The heartbeat at ``path`` (through the protocol's reader), or None before the first one. A record without a
+    time (the pre-version-1 format) is dated by the file's modification time."""
+    record = protocol.read_heartbeat(path)
+    if record is None or record.time:
+        return record
     try:
-        written = os.stat(path).st_mtime
+        return replace(record, time=os.stat(path).st_mtime)
     except OSError:
         return None
-    step, done = read_heartbeat(path)
-    return Beat(time=written, step=step, finished=done)
 
 
 # Task states, in the words the live view and `tfdist status` show.
@@ -89,8 +81,8 @@ def read_attempt(log_dir: str, number: int, alive: Callable[[int], bool | None] 
     statuses = []
     for task in runs.read_tasks(log_dir, number):
         beat = read_beat(runs.task_file(log_dir, number, task, ".heartbeat"))
-        error = read_error_file(runs.task_file(log_dir, number, task, ".error.json"))
-        headline = f"{error.get('type', 'Error')}: {error.get('message', '')}" if error else None
+        error = protocol.read_error(runs.task_file(log_dir, number, task, ".error.json"))
+        headline = f"{error.type}: {error.message}" if error else None
         statuses.append(TaskStatus(name=task.name, attempt=number, pid=task.pid,
                                    state=task_state(alive(task.pid), beat, error is not None), beat=beat,
                                    log_path=runs.task_file(log_dir, number, task, ".log"), error=headline))
@@ -138,3 +130,37 @@ def eta_seconds(step: int | None, total: int | None, rate: float | None) -> floa
     if step is None or not total or not rate or rate <= 0:
         return None
     return max(0.0, (total - step) / rate)
+
+
+# ------------------------------------------------------------------------------------------------ a whole run
+
+LOST = "lost"  # the record says running but its launcher is gone (killed with SIGKILL, the machine rebooted)
+
+
+def run_state(record: runs.RunRecord, launcher_alive: bool | None) -> str:
+    """The run's state: its recorded end, else running / lost / unknown (launcher on another host)."""
+    if record.ended:
+        return record.state
+    if launcher_alive is None:
+        return UNKNOWN
+    return runs.RUNNING if launcher_alive else LOST
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """What ``tfdist status`` reports about one run."""
+
+    record: runs.RunRecord
+    state: str
+    folder_exists: bool
+    attempt: int | None
+    tasks: tuple[TaskStatus, ...]
+
+
+def run_status(record: runs.RunRecord) -> RunStatus:
+    """Read ``record``'s run folder now."""
+    alive = runs.launcher_alive(record)
+    remote = alive is None
+    number, tasks = latest_attempt(record.log_dir, (lambda _pid: None) if remote else pid_alive)
+    return RunStatus(record=record, state=run_state(record, alive), folder_exists=os.path.isdir(record.log_dir),
+                     attempt=number, tasks=tuple(tasks))

@@ -176,6 +176,15 @@ def find_run(ref: str | None, environ: Mapping[str, str]) -> RunRecord:
     return next((r for r in matches if r.run_id == ref), matches[0])
 
 
+def reload(record: RunRecord, environ: Mapping[str, str]) -> RunRecord:
+    """``record`` as last saved (the state folder's copy, else the run folder's), to see whether it has ended."""
+    for path in (records_dir(environ) / f"{record.run_id}.json", Path(record.log_dir) / RUN_FILE):
+        fresh = _load(path)
+        if fresh is not None and fresh.run_id == record.run_id:
+            return fresh
+    return record
+
+
 def launcher_alive(record: RunRecord) -> bool | None:
     """Whether the launcher that wrote ``record`` still runs; None when that cannot be told from here (another host)."""
     if record.host != socket.gethostname():
