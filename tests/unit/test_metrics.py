@@ -222,7 +222,7 @@ def test_is_chief() -> None:
 
     assert m.is_chief({})
     assert m.is_chief(cfg("worker", 0)) and not m.is_chief(cfg("worker", 1))
-    assert m.is_chief(cfg("chief", 0)) and not m.is_chief(cfg("worker", 0, chief=True))
+    assert m.is_chief(cfg("chief", 0, chief=True)) and not m.is_chief(cfg("worker", 0, chief=True))
 
 
 @pytest.mark.prometheus

@@ -109,6 +109,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
+    from tfdist.cluster import TfConfig
     from tfdist.launch.ports import free_ports, ports_from_base
     from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
@@ -119,7 +120,7 @@ def _dry_run(spec: object, legacy_keras: bool) -> int:
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
     for plan in plans:
         print(f"[{plan.name}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(json.loads(plan.tf_config), sort_keys=True)}")
+        print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True)}")
         for key, value in plan.environment().items():
             if key != "TF_CONFIG":
                 print(f"  {key}={value}")

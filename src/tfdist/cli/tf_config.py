@@ -32,7 +32,7 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
         export TF_CONFIG="$(tfdist tf-config --from slurm)"
     """
     from tfdist.errors import TfdistError, UsageError
-    from tfdist.launch.resolve import detect_source, resolve_tf_config
+    from tfdist.cluster import detect_source, resolve_tf_config
 
     if command and not do_exec:
         raise UsageError(f"unexpected argument {command[0]!r}", hint="tfdist tf-config takes no arguments")
@@ -57,14 +57,12 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
 
 def _exec(argv: list[str], source: str) -> int:
     """Replace this process with ``argv``, its environment completed by :func:`task_environment`."""
-    import importlib.util
-
+    from tfdist.cluster import task_environment
+    from tfdist.compat.keras import tf_keras_available
     from tfdist.errors import TfdistError
-    from tfdist.launch.resolve import task_environment
     from tfdist.launch.slurm_metrics import metrics_environment, resolve_host
 
-    has_tf_keras = importlib.util.find_spec("tf_keras") is not None
-    env = task_environment(os.environ, source, legacy_keras_available=has_tf_keras)
+    env = task_environment(os.environ, source, legacy_keras_available=tf_keras_available())
     env.update(metrics_environment(env, resolve_host))  # Slurm: each task its own port (base + SLURM_LOCALID)
     sys.stdout.flush()
     sys.stderr.flush()

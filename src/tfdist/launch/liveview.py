@@ -20,7 +20,6 @@ from tfdist.launch import progress, runs
 from tfdist.launch.terminal import PinnedLines
 
 REDRAW_INTERVAL_S = 0.5  # at most two redraws a second
-TRAINING_ROLES = ("chief", "worker")
 
 
 # ----------------------------------------------------------------------------------------------- formatting
@@ -152,10 +151,16 @@ def rows_for(tasks: Sequence[progress.TaskStatus], tracker: progress.RateTracker
 
 
 def _leader_beat(tasks: Sequence[progress.TaskStatus]) -> progress.Beat | None:
-    """The chief's heartbeat, else worker 0's (the task whose success is the job's)."""
-    by_name = {t.name: t for t in tasks}
-    leader = by_name.get("chief:0") or by_name.get("worker:0")
-    return leader.beat if leader else None
+    """The leading task's heartbeat (the chief, else worker 0: the task whose success is the job's)."""
+    from tfdist.cluster import TaskId, leader_of
+
+    by_id = {}
+    for task in tasks:
+        role, _, index = task.name.partition(":")
+        if index.isdigit():
+            by_id[TaskId(role, int(index))] = task
+    leader = leader_of(by_id)
+    return by_id[leader].beat if leader is not None else None
 
 
 class LiveView:

@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
+from tfdist.cluster import ALL_ROLES
 from tfdist.errors import TfdistError, UsageError
 from tfdist.launch import runs
 
-_TASK = re.compile(r"(chief|worker|ps|evaluator)[:-]?(\d{1,6})")
+_TASK = re.compile(rf"({'|'.join(ALL_ROLES)})[:-]?(\d{{1,6}})")
 POLL_S = 0.2
 
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import shutil
 import sys
 from typing import Mapping, Sequence
 
+from tfdist.compat.keras import tf_keras_available
 from tfdist.constants import LEGACY_KERAS
 from tfdist.errors import UsageError
 from tfdist.launch.protocol import Command
@@ -53,7 +53,7 @@ def keras_plan(spec: LaunchSpec, environ: Mapping[str, str]) -> bool:
         UsageError: multi-worker job, Keras 3 installed, no tf-keras, and ``--allow-keras3`` not given.
     """
     user_choice = environ.get(LEGACY_KERAS) or dict(spec.env).get(LEGACY_KERAS)
-    has_tf_keras = importlib.util.find_spec("tf_keras") is not None
+    has_tf_keras = tf_keras_available()
     distributed = spec.workers + int(spec.chief) > 1 or spec.ps > 0
     if user_choice is None:
         if has_tf_keras:

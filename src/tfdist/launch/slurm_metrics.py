@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from tfdist.constants import METRICS_HOST, METRICS_PORT
 from tfdist.errors import UsageError
-from tfdist.launch.hostlist import expand_tasks_per_node
+from tfdist.cluster.hostlist import expand_tasks_per_node
 
 SLURM_METRICS_PORT = "TFDIST_SLURM_METRICS_PORT"
 SLURM_METRICS_HOST = "TFDIST_SLURM_METRICS_HOST"

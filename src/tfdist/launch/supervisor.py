@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import psutil
 
+from tfdist.cluster import TaskId, leader_of
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure
 from tfdist.launch.protocol import read_error, read_heartbeat
 from tfdist.launch.ports import free_ports, ports_from_base
@@ -286,8 +287,8 @@ class Supervisor:
 
     @staticmethod
     def _leader(procs: list[TaskProcess]):
-        tasks = [(p.plan.task_type, p.plan.task_index) for p in procs]
-        return ("chief", 0) if ("chief", 0) in tasks else ("worker", 0)
+        leader = leader_of(TaskId(p.plan.task_type, p.plan.task_index) for p in procs)
+        return (leader.type, leader.index) if leader else None
 
     @staticmethod
     def _lost_port_race(proc: TaskProcess) -> bool:

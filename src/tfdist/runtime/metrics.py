@@ -71,12 +71,11 @@ class TaskLabels:
         task_type = environ.get(constants.TASK_TYPE, "")
         index = environ.get(constants.TASK_INDEX, "")
         if not task_type or not index:
-            try:
-                task = json.loads(environ.get(constants.TF_CONFIG, "") or "{}").get("task", {})
-            except (ValueError, AttributeError):
-                task = {}
-            task_type = task_type or str(task.get("type", "worker"))
-            index = index or str(task.get("index", 0))
+            from tfdist.runtime.cluster import cluster_info
+
+            info = cluster_info(environ, export=False)
+            task_type = task_type or info.task_type
+            index = index or str(info.task_index)
         try:
             task_index = int(index)
         except ValueError:
