@@ -32,6 +32,17 @@ def test_task_state(alive, heartbeat, failed, expected):
     assert progress.task_state(alive, heartbeat, failed) == expected
 
 
+@pytest.mark.parametrize("alive, failed, expected", [(True, False, "running"), (False, False, "exited"),
+                                                     (False, True, "failed")])
+def test_state_of_roles_without_heartbeats(alive, failed, expected):
+    assert progress.task_state(alive, None, failed, beats=False) == expected
+
+
+def test_which_roles_send_heartbeats():
+    assert progress.beating_roles(["worker", "worker", "evaluator"]) == ("chief", "worker")
+    assert progress.beating_roles(["chief", "worker", "ps"]) == ("chief",)  # ParameterServerStrategy
+
+
 def status(step: int | None, t: float, attempt: int = 0, name: str = "worker:0") -> progress.TaskStatus:
     return progress.TaskStatus(name=name, attempt=attempt, pid=1, state="training",
                                beat=None if step is None else beat(step, t), log_path="x.log")

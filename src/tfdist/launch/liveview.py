@@ -179,13 +179,19 @@ class LiveView:
         self.last_beat: progress.Beat | None = None  # the leader's, kept once the folder is gone
         self.redraws = 0
         self._stop = threading.Event()
+        self._sample_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="tfdist-liveview", daemon=True)
 
     def state(self) -> str:
         return str(self._group_state()) if self._group_state is not None else "running"
 
     def sample(self) -> list[str]:
-        """Read the folder once; return (and draw, on a terminal) the lines."""
+        """Read the folder once; return (and draw, on a terminal) the lines. Thread-safe: the supervisor may call
+        it too (see :func:`watch`)."""
+        with self._sample_lock:
+            return self._sample()
+
+    def _sample(self) -> list[str]:
         number, tasks = progress.latest_attempt(self.log_dir)
         if number is not None:
             self.attempt = number
@@ -250,6 +256,9 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
                     pinned=PinnedLines(stream) if show else None,
                     group_state=lambda: getattr(supervisor.state, "value", supervisor.state))
     view.start()
+    # The supervisor removes a temporary run folder when the job ends; it calls this first (if it knows the hook),
+    # so that the summary has the final heartbeats rather than those of the last redraw.
+    supervisor.before_log_cleanup = view.sample
     escaped = True
     try:
         yield view

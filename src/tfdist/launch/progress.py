@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterable
 
 from tfdist.launch import protocol, runs
 
@@ -33,6 +33,7 @@ def read_beat(path: str) -> Beat | None:
 
 # Task states, in the words the live view and `tfdist status` show.
 STARTING = "starting"  # running, no heartbeat yet (importing TensorFlow, connecting to its peers)
+RUNNING = "running"  # a parameter server or evaluator: they serve or evaluate, they send no heartbeats
 TRAINING = "training"
 SAVING = "finishing"  # training over, the process still runs (saving the model, evaluating)
 DONE = "done"  # exited after its training ended
@@ -41,15 +42,26 @@ EXITED = "exited"  # exited before its training ended (stopped by the launcher, 
 UNKNOWN = "unknown"  # the launcher runs on another host: its processes cannot be seen from here
 
 
-def task_state(alive: bool | None, beat: Beat | None, failed: bool) -> str:
-    """One task's state from what can be observed (pure; the table in the tests is the specification)."""
+def beating_roles(roles: Iterable[str]) -> tuple[str, ...]:
+    """The roles whose tasks run training steps, and so send heartbeats: the chief and the workers, except under
+    ParameterServerStrategy (a job with parameter servers), where only the chief (the coordinator) does."""
+    return ("chief",) if "ps" in set(roles) else ("chief", "worker")
+
+
+def task_state(alive: bool | None, beat: Beat | None, failed: bool, *, beats: bool = True) -> str:
+    """One task's state from what can be observed (pure; the table in the tests is the specification).
+
+    ``beats``: whether the task's role sends heartbeats (a parameter server or an evaluator does not).
+    """
     if failed:
         return FAILED
     if alive is None:
         return UNKNOWN
     finished = beat is not None and beat.finished
     if alive:
-        return SAVING if finished else (TRAINING if beat is not None else STARTING)
+        if beat is None:
+            return STARTING if beats else RUNNING
+        return SAVING if finished else TRAINING
     return DONE if finished else EXITED
 
 
@@ -79,12 +91,15 @@ def pid_alive(pid: int) -> bool:
 def read_attempt(log_dir: str, number: int, alive: Callable[[int], bool | None] = pid_alive) -> list[TaskStatus]:
     """Every task of attempt ``number`` in ``log_dir``, in the launcher's task order."""
     statuses = []
-    for task in runs.read_tasks(log_dir, number):
+    entries = runs.read_tasks(log_dir, number)
+    beating = beating_roles(e.name.split(":")[0] for e in entries)
+    for task in entries:
         beat = read_beat(runs.task_file(log_dir, number, task, ".heartbeat"))
         error = protocol.read_error(runs.task_file(log_dir, number, task, ".error.json"))
         headline = f"{error.type}: {error.message}" if error else None
         statuses.append(TaskStatus(name=task.name, attempt=number, pid=task.pid,
-                                   state=task_state(alive(task.pid), beat, error is not None), beat=beat,
+                                   state=task_state(alive(task.pid), beat, error is not None,
+                                                    beats=task.name.split(":")[0] in beating), beat=beat,
                                    log_path=runs.task_file(log_dir, number, task, ".log"), error=headline))
     return statuses
 
