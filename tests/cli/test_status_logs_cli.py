@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,3 +157,15 @@ def test_logs_follow_across_a_restart_until_the_job_ends(tmp_path):
     assert "[worker:1] worker:1 done" in out.split("attempt 1 started")[1]
     assert "[worker:0]" not in out_one and out_one.count("hello from worker:1") == 2
     assert launcher.returncode == 0, launcher.stderr.read()
+
+
+def test_live_can_be_forced_and_refused(capsys, tmp_path, monkeypatch):
+    """--live draws the view even into a non-terminal (here pytest's capture); --no-live / its twin never do."""
+    rc, err = launch(capsys, "-n", "1", "--live", "--", FAKE, str(tmp_path / "o1"), "--total-steps", "30")
+    assert rc == 0, err
+    assert "\x1b[2K" in err and "worker:0  done  step 30/30" in err
+    assert re.search(r"tfdist: job \w{12} succeeded in \d+s, 30 steps, [\d.]+ steps/s", err), err
+    monkeypatch.setenv("TFDIST_LAUNCH_LIVE", "0")
+    rc, err = launch(capsys, "-n", "1", "--", FAKE, str(tmp_path / "o2"), "--total-steps", "3")
+    assert rc == 0, err
+    assert "\x1b" not in err and "steps/s" not in err

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from tfdist.launch import progress
-from tfdist.launch.liveview import Row, Summary, format_duration, render_header, render_rows, render_summary
+from tfdist.launch.liveview import (
+    Row, Summary, format_duration, render_header, render_rows, render_summary, training_rate,
+)
 from tfdist.launch.protocol import HeartbeatRecord, TaskState
 from tfdist.launch.terminal import PinnedLines, erase_rows
 
@@ -101,8 +103,9 @@ def test_header():
 
 
 @pytest.mark.parametrize("summary, lines", [
-    (Summary("abc", "succeeded", 62.0, 1, steps=5000, loss=0.03125, examples=160000),
-     ["tfdist: job abc succeeded in 1m02s, 5,000 steps, 80.6 steps/s, 2,581 examples/s, 1 restart, "
+    (Summary("abc", "succeeded", 62.0, 1, steps=5000, loss=0.03125, examples=160000, steps_per_s=80.64,
+             examples_per_s=2580.5),
+     ["tfdist: job abc succeeded in 1m02s, 5,000 steps, 80.6 steps/s, 2,580 examples/s, 1 restart, "
       "final loss 0.03125"]),
     (Summary("abc", "failed", 3.0, 2),
      ["tfdist: job abc failed in 3s, 2 restarts"]),
@@ -114,9 +117,21 @@ def test_summary(summary, lines):
 
 
 def test_summary_json_has_the_numbers():
-    data = Summary("abc", "succeeded", 2.0, 0, steps=100, loss=0.5, examples=3200).to_json()
-    assert data == {"steps": 100, "duration_s": 2.0, "restarts": 0, "steps_per_s": 50.0, "examples": 3200,
-                    "examples_per_s": 1600.0, "loss": 0.5}
+    data = Summary("abc", "succeeded", 2.0, 0, steps=100, loss=0.5, examples=3200, steps_per_s=60.0,
+                   examples_per_s=1920.0).to_json()
+    assert data == {"steps": 100, "duration_s": 2.0, "restarts": 0, "steps_per_s": 60.0, "examples": 3200,
+                    "examples_per_s": 1920.0, "loss": 0.5}
+
+
+@pytest.mark.parametrize("first, last, expected", [
+    (beat(10, 100.0, examples=320), beat(110, 102.0, examples=3520), (50.0, 1600.0)),
+    (beat(10, 100.0), beat(110, 102.0), (50.0, None)),  # no example counts
+    (None, beat(110, 102.0), (None, None)),
+    (beat(10, 100.0), beat(10, 100.0), (None, None)),  # one beat: no interval
+    (beat(50, 100.0), beat(10, 102.0), (None, None)),  # went back (a restore): no honest rate
+])
+def test_training_rate_leaves_out_the_start_up(first, last, expected):
+    assert training_rate(first, last) == expected
 
 
 def test_erase_rows():

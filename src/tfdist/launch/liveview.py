@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from tfdist.launch import progress, runs
@@ -97,17 +97,8 @@ class Summary:
     steps: int | None = None
     loss: float | None = None
     examples: int | None = None
-
-    def _per_second(self, count: int | None) -> float | None:
-        return count / self.duration_s if count and self.duration_s > 0 else None
-
-    @property
-    def steps_per_s(self) -> float | None:
-        return self._per_second(self.steps)
-
-    @property
-    def examples_per_s(self) -> float | None:
-        return self._per_second(self.examples)
+    steps_per_s: float | None = None  # while training (see :func:`training_rate`), not over the whole run
+    examples_per_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         def rounded(value: float | None) -> float | None:
@@ -116,6 +107,19 @@ class Summary:
         return {"steps": self.steps, "duration_s": rounded(self.duration_s), "restarts": self.restarts,
                 "steps_per_s": rounded(self.steps_per_s), "examples": self.examples,
                 "examples_per_s": rounded(self.examples_per_s), "loss": self.loss}
+
+
+def training_rate(first: progress.Beat | None, last: progress.Beat | None) -> tuple[float | None, float | None]:
+    """Steps and examples per second between two heartbeats of one task: the training throughput, leaving out the
+    start-up (TensorFlow's import, the cluster handshake) that the run's wall time includes."""
+    if first is None or last is None or last.time <= first.time:
+        return None, None
+    elapsed = last.time - first.time
+
+    def rate(a: int | None, b: int | None) -> float | None:
+        return (b - a) / elapsed if a is not None and b is not None and b >= a else None
+
+    return rate(first.step, last.step), rate(first.examples, last.examples)
 
 
 def render_summary(summary: Summary) -> list[str]:
@@ -177,6 +181,7 @@ class LiveView:
         self.tracker = progress.RateTracker()
         self.attempt: int | None = None
         self.last_beat: progress.Beat | None = None  # the leader's, kept once the folder is gone
+        self.first_beat: progress.Beat | None = None  # the leader's first in this attempt
         self.redraws = 0
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
@@ -194,8 +199,13 @@ class LiveView:
     def _sample(self) -> list[str]:
         number, tasks = progress.latest_attempt(self.log_dir)
         if number is not None:
+            if number != self.attempt:
+                self.first_beat = None
             self.attempt = number
-            self.last_beat = _leader_beat(tasks) or self.last_beat
+            current = _leader_beat(tasks)
+            self.last_beat = current or self.last_beat
+            if self.first_beat is None and current is not None and current.step is not None:
+                self.first_beat = current
         lines = [render_header(self.run_id, self.attempt, self.state(), time.time() - self.started_at)]
         lines += render_rows(rows_for(tasks, self.tracker, self.attempt or 0))
         if self.pinned is not None:
@@ -273,6 +283,8 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
                           restarts=int(getattr(getattr(supervisor, "result", None), "restarts", view.attempt or 0)),
                           steps=beat.step if beat else None, loss=beat.loss if beat else None,
                           examples=beat.examples if beat else None)
+        summary = replace(summary, **dict(zip(("steps_per_s", "examples_per_s"),
+                                              training_rate(view.first_beat, beat))))
         runs.save(runs.finished(record, state, summary.to_json()), environ)
         if show:
             for line in render_summary(summary):
