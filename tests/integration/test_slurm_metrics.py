@@ -7,7 +7,6 @@ to the node's address (here the node's name resolves to loopback, so: all interf
 from __future__ import annotations
 
 import shutil
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -15,7 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.test_prometheus_scrape import _free_block, _get, _query, _wait
+from tests.integration.test_prometheus_scrape import (
+    _free_block, _get, _query, _wait, start_prometheus, stop_process,
+)
 from tests.integration.test_slurm_jobs import _batch_log, _task_logs, _write_job, slurm  # noqa: F401 (fixture)
 from tfdist.cli.main import main
 
@@ -62,10 +63,7 @@ def test_prometheus_scrapes_two_slurm_tasks_on_one_node(slurm, tmp_path, capsys)
     assert main(["monitor", "scrape-config", "--target", "slurm", "--job", job_name, "--port", str(port), "-n", "2",
                  "--nodes", slurm.hostname, "--interval", "1s", "-o", str(config)]) == 0
     job_id = slurm.submit(job, cwd=tmp_path)
-    prom_log = open(tmp_path / "prometheus.log", "wb")
-    prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=prom_log, stderr=subprocess.STDOUT)
+    prom = start_prometheus(prometheus, config, tmp_path, prom_port)
     promurl = f"http://127.0.0.1:{prom_port}"
     try:
         _wait("both tasks serving", lambda: _listening(port) and _listening(port + 1), 90)
@@ -82,13 +80,7 @@ def test_prometheus_scrapes_two_slurm_tasks_on_one_node(slurm, tmp_path, capsys)
         assert {t["metric"]["slurm_node"] for t in targets} == {slurm.hostname}
     finally:
         stop.touch()
-        prom.terminate()
-        try:
-            prom.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait()
-        prom_log.close()
+        stop_process(prom)
     record = slurm.wait(job_id, timeout=60)
     logs = _task_logs(tmp_path, job_id)
     assert record["JobState"] == "COMPLETED", (_batch_log(tmp_path, job_id), logs)
