@@ -89,36 +89,42 @@ class PinnedLines:
             return 80
 
     # -- drawing (callers hold the lock) --------------------------------------------------------------------
-    def _clear(self) -> None:
-        if self._drawn:
-            self.tty.write(erase_rows(self._drawn))
-            self._drawn = 0
+    def _erase(self) -> str:
+        text, self._drawn = erase_rows(self._drawn), 0
+        return text
 
-    def _draw(self) -> None:
-        if self._lines:
-            limit = max(1, self.width() - 1)
-            self.tty.write("\n".join(line[:limit] for line in self._lines))
-            self._drawn = len(self._lines)
-        self.tty.flush()
+    def _drawing(self) -> str:
+        self._drawn = len(self._lines)
+        limit = max(1, self.width() - 1)
+        return "\n".join(line[:limit] for line in self._lines)
+
+    def _write_tty(self, text: str) -> None:
+        try:
+            self.tty.write(text)
+            self.tty.flush()
+        except (BrokenPipeError, ValueError):
+            pass
 
     def set_lines(self, lines: list[str]) -> None:
         """Replace the pinned lines and draw them."""
         with self.lock:
-            self._clear()
+            erase = self._erase()
             self._lines = list(lines)
-            self._draw()
+            self._write_tty(erase + self._drawing())
 
     def emit(self, text: str, target: TextIO) -> None:
-        """Write whole lines of other output above the pinned region."""
+        """Write whole lines of other output above the pinned region (one write when it goes to the same stream)."""
         with self.lock:
-            self._clear()
-            self.tty.flush()
+            if target is self.tty:
+                self._write_tty(self._erase() + text + self._drawing())
+                return
+            self._write_tty(self._erase())
             try:
                 target.write(text)
                 target.flush()
             except (BrokenPipeError, ValueError):
                 pass
-            self._draw()
+            self._write_tty(self._drawing())
 
     # -- taking over sys.stdout / sys.stderr ----------------------------------------------------------------
     def install(self) -> None:
@@ -139,7 +145,6 @@ class PinnedLines:
                     setattr(sys, name, original)
             self._proxies = []
             if self._drawn:
-                self.tty.write("\n")
-                self.tty.flush()
+                self._write_tty("\n")
             self._drawn = 0
             self._lines = []
