@@ -110,7 +110,10 @@ def show(log_dir: str, attempt: int | None, task: str | None, out: BinaryIO, *, 
 
 def follow(log_dir: str, task: str | None, out: BinaryIO, *, run_over: Callable[[], bool],
            tail: int | None = None, poll_s: float = POLL_S) -> None:
-    """Print the latest attempt's logs and keep printing new output, across restarts, until ``run_over()``."""
+    """Print the latest attempt's logs and keep printing new output, across restarts, until ``run_over()``.
+    A run whose tasks have not started yet is waited for."""
+    while not runs.attempts(log_dir) and not run_over():
+        time.sleep(poll_s)
     number = choose_attempt(log_dir, None)
     chosen = sources(log_dir, number, task)
     printer = LogPrinter(out, prefixed=task is None and len(chosen) > 1, tail=tail)
