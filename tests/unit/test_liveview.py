@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from tfdist.launch import progress
+from tfdist.launch import progress, runs
 from tfdist.launch.liveview import (
-    Row, Summary, format_duration, render_header, render_rows, render_summary, training_rate,
+    Row, Summary, final_state, format_duration, render_header, render_rows, render_summary, training_rate, watch,
 )
 from tfdist.launch.protocol import HeartbeatRecord, TaskState
 from tfdist.launch.terminal import PinnedLines, erase_rows
@@ -99,7 +100,7 @@ def test_rows_without_any_rate_leave_the_column_out():
 
 def test_header():
     assert render_header("abc", 2, "running", 75) == "tfdist: job abc  running  attempt 2  1m15s"
-    assert render_header("abc", None, "starting", 0) == "tfdist: job abc  starting  starting  0s"
+    assert render_header("abc", None, "running", 0) == "tfdist: job abc  running  0s"  # no task started yet
 
 
 @pytest.mark.parametrize("summary, lines", [
@@ -174,3 +175,64 @@ def test_unfinished_output_is_flushed_at_close(monkeypatch):
     sys.stderr.write("no newline")
     pinned.close()
     assert tty.getvalue() == "no newline\n"
+
+
+class Cause:
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class Attempt:
+    def __init__(self, cause: str) -> None:
+        self.cause = Cause(cause)
+
+
+@pytest.mark.parametrize("result, expected", [
+    (SimpleNamespace(cause=Cause("succeeded")), "succeeded"),
+    (SimpleNamespace(cause=Cause("hung")), "failed"),
+    (SimpleNamespace(cause=Cause("task-preempted")), "failed"),  # the launcher's budget of preemptions ran out
+    (SimpleNamespace(cause=Cause("preempted")), "preempted"),
+    (SimpleNamespace(cause=Cause("interrupted")), "interrupted"),
+    (SimpleNamespace(final=Attempt("port-conflict")), "failed"),  # a result without `cause`: its last attempt's
+    (SimpleNamespace(final=None), None),
+    (None, None),
+])
+def test_final_state(result, expected):
+    assert final_state(result) == expected
+
+
+def fake_supervisor(tmp_path, cause: str | None) -> SimpleNamespace:
+    spec = SimpleNamespace(log_dir=None, job_name="j", command=SimpleNamespace(argv=lambda: ["python", "-u", "t.py"]))
+    return SimpleNamespace(spec=spec, run_id="0123456789ab", log_dir=str(tmp_path),
+                           result=SimpleNamespace(cause=None if cause is None else Cause(cause), restarts=2))
+
+
+@pytest.mark.parametrize("raised, state, summary", [
+    (None, "succeeded", True), (KeyboardInterrupt(), "interrupted", True), (RuntimeError("x"), "failed", False),
+])
+def test_watch_records_how_the_run_ended(tmp_path, raised, state, summary):
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state"), "TERM": "xterm"}
+    tty = FakeTty()
+    supervisor = fake_supervisor(tmp_path, "succeeded")
+    try:
+        with watch(supervisor, environ=environ, stream=tty):
+            record = runs.find_run(None, environ)
+            assert record.state == "running" and record.temporary and record.command == ("python", "-u", "t.py")
+            assert supervisor.before_log_cleanup is not None  # the hook the supervisor calls before removing logs
+            if raised is not None:
+                raise raised
+    except (KeyboardInterrupt, RuntimeError):
+        pass
+    record = runs.find_run(None, environ)
+    assert record.ended and record.state == state and record.summary["restarts"] == 2
+    assert (f"tfdist: job 0123456789ab {state} in 0s, 2 restarts" in tty.getvalue()) is summary
+    assert "tfdist: job 0123456789ab  running  0s" in tty.getvalue()  # the live header was drawn
+
+
+def test_watch_draws_nothing_when_not_a_terminal(tmp_path):
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    quiet = io.StringIO()
+    with watch(fake_supervisor(tmp_path, "succeeded"), environ=environ, stream=quiet):
+        pass
+    assert quiet.getvalue() == ""
+    assert runs.find_run(None, environ).state == "succeeded"

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from tfdist.launch import progress, runs
@@ -82,8 +82,8 @@ def render_rows(rows: Sequence[Row]) -> list[str]:
 
 
 def render_header(run_id: str, attempt: int | None, state: str, elapsed_s: float) -> str:
-    where = f"attempt {attempt}" if attempt is not None else "starting"
-    return f"tfdist: job {run_id}  {state}  {where}  {format_duration(elapsed_s)}"
+    where = f"  attempt {attempt}" if attempt is not None else ""
+    return f"tfdist: job {run_id}  {state}{where}  {format_duration(elapsed_s)}"
 
 
 @dataclass(frozen=True)
@@ -182,13 +182,19 @@ class LiveView:
         self.attempt: int | None = None
         self.last_beat: progress.Beat | None = None  # the leader's, kept once the folder is gone
         self.first_beat: progress.Beat | None = None  # the leader's first in this attempt
+        self.final_state: str | None = None  # set when the run is over
         self.redraws = 0
         self._stop = threading.Event()
         self._sample_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="tfdist-liveview", daemon=True)
 
     def state(self) -> str:
-        return str(self._group_state()) if self._group_state is not None else "running"
+        if self.final_state is not None:
+            return self.final_state
+        try:
+            return str(self._group_state()) if self._group_state is not None else "running"
+        except Exception:  # noqa: BLE001 - the supervisor's internals are not ours to rely on
+            return "running"
 
     def sample(self) -> list[str]:
         """Read the folder once; return (and draw, on a terminal) the lines. Thread-safe: the supervisor may call
@@ -244,7 +250,24 @@ def wants_live(stream: TextIO, environ: Mapping[str, str]) -> bool:
         return False
 
 
-FINAL_STATES = ("succeeded", "failed", "preempted", "interrupted")
+FINAL_STATES = ("succeeded", "preempted", "interrupted")  # any other ending is "failed"
+
+
+def final_state(result: Any) -> str | None:
+    """How a launch ended, from its :class:`~tfdist.launch.outcome.LaunchResult` (None while nothing ended)."""
+    cause = getattr(result, "cause", None)
+    if cause is None:
+        final = getattr(result, "final", None)
+        cause = getattr(final, "cause", None)
+    if cause is None:
+        return None
+    value = str(getattr(cause, "value", cause))
+    return value if value in FINAL_STATES else "failed"
+
+
+def _live_state(supervisor: Any) -> str:
+    state = getattr(supervisor, "state", None)
+    return str(getattr(state, "value", state)) if state is not None else "running"
 
 
 @contextmanager
@@ -263,29 +286,32 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
     runs.save(record, environ)
     show = wants_live(stream, environ) if live is None else live
     view = LiveView(supervisor.log_dir, supervisor.run_id, record.started_at,
-                    pinned=PinnedLines(stream) if show else None,
-                    group_state=lambda: getattr(supervisor.state, "value", supervisor.state))
+                    pinned=PinnedLines(stream) if show else None, group_state=lambda: _live_state(supervisor))
     view.start()
     # The supervisor removes a temporary run folder when the job ends; it calls this first (if it knows the hook),
     # so that the summary has the final heartbeats rather than those of the last redraw.
     supervisor.before_log_cleanup = view.sample
-    escaped = True
+    escaped: BaseException | None = None
     try:
         yield view
-        escaped = False
+    except BaseException as error:
+        escaped = error
+        raise
     finally:
+        if escaped is None:
+            view.final_state = final_state(getattr(supervisor, "result", None)) or "failed"
+        else:
+            view.final_state = "interrupted" if isinstance(escaped, KeyboardInterrupt) else "failed"
         view.stop()
-        state = view.state()
-        if state not in FINAL_STATES:
-            state = "interrupted" if escaped else state
         beat = view.last_beat
-        summary = Summary(run_id=supervisor.run_id, state=state, duration_s=time.time() - record.started_at,
+        steps_per_s, examples_per_s = training_rate(view.first_beat, beat)
+        summary = Summary(run_id=supervisor.run_id, state=view.final_state,
+                          duration_s=time.time() - record.started_at,
                           restarts=int(getattr(getattr(supervisor, "result", None), "restarts", view.attempt or 0)),
                           steps=beat.step if beat else None, loss=beat.loss if beat else None,
-                          examples=beat.examples if beat else None)
-        summary = replace(summary, **dict(zip(("steps_per_s", "examples_per_s"),
-                                              training_rate(view.first_beat, beat))))
-        runs.save(runs.finished(record, state, summary.to_json()), environ)
-        if show:
+                          examples=beat.examples if beat else None, steps_per_s=steps_per_s,
+                          examples_per_s=examples_per_s)
+        runs.save(runs.finished(record, view.final_state, summary.to_json()), environ)
+        if show and (escaped is None or isinstance(escaped, KeyboardInterrupt)):
             for line in render_summary(summary):
                 print(line, file=stream, flush=True)
