@@ -133,13 +133,17 @@ def _follow(*argv: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_logs_follow_across_a_restart_until_the_job_ends(tmp_path):
-    """`logs -f` started while the job runs prints what comes, marks the restart, and returns when the job ends."""
+    """`logs -f` started while the job runs prints what comes, marks the restart, and returns when the job ends.
+
+    Worker 1 beats for 4 s before it fails (worker 0, the leader, needs 6 s for its 300 steps): time for the two
+    followers (new Python processes) to start during the first attempt even on a loaded machine."""
     log_dir = tmp_path / "logs"
     launcher = subprocess.Popen(
         [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--log-dir", str(log_dir), "--",
-         FAKE, str(tmp_path / "o"), "--fail", "worker:1:3", "--fail-delay", "1.0", "--first-attempt-only",
-         "--total-steps", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+         FAKE, str(tmp_path / "o"), "--fail", "worker:1:3", "--fail-delay", "4.0", "--first-attempt-only",
+         "--total-steps", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         while not runs.attempts(str(log_dir)) and time.monotonic() < deadline:
