@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 from tfdist.errors import UsageError
 from tfdist.launch import protocol as C
+from tfdist.launch.ports import format_address
 from tfdist.launch.protocol import TaskPlan, refuse_protected
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.tf_config import ClusterLayout, TaskId, tf_config_for
@@ -24,7 +25,7 @@ def layout_for(spec: LaunchSpec, ports: Sequence[int]) -> ClusterLayout:
     addresses: dict[str, tuple[str, ...]] = {}
     cursor = 0
     for role, count in counts.items():
-        addresses[role] = tuple(f"{spec.host}:{p}" for p in ports[cursor:cursor + count])
+        addresses[role] = tuple(format_address(spec.host, p) for p in ports[cursor:cursor + count])
         cursor += count
     return ClusterLayout(**addresses)
 
