@@ -70,23 +70,25 @@ def tmux(tmp_path):
         session.close()
 
 
-def _command(tmp_path: Path, log_dir: Path, tail: str = "") -> str:
+def _command(tmp_path: Path, log_dir: Path, tail: str = "", *extra: str) -> str:
     env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO_ROOT / "src")), "HOME": os.environ["HOME"],
            "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"], "TERM": "screen"}
     python = PYTHON or "python3"
     words = ["env", *(f"{k}={v}" for k, v in env.items()), python, "-m", "tfdist", "launch", "-n", "2", "--log-dir",
-             str(log_dir), "--tee", "--", FAKE, str(tmp_path / "out"), "--total-steps", "300"]
+             str(log_dir), "--tee", "--", FAKE, str(tmp_path / "out"), "--total-steps", "300", *extra]
     return shlex.join(words) + tail + "; echo EXIT=$?"
 
 
 def test_live_lines_in_a_terminal_and_plain_lines_in_a_pipe(tmux, tmp_path):
-    tmux.type(_command(tmp_path, tmp_path / "logs"))
+    # 20 lines of 1 kB per stream and task first: output that wraps over many rows must not disturb the live lines.
+    tmux.type(_command(tmp_path, tmp_path / "logs", "", "--chatter", "20"))
     running = tmux.wait_for(lambda s: sum(bool(LIVE_LINE.match(x)) for x in s) == 2, 60, "two live task lines")
     body = [line for line in running if line.strip()]
     # The live lines are the last ones, under the header, and the tasks' own output is above them.
     assert LIVE_LINE.match(body[-1]) and LIVE_LINE.match(body[-2]), body
     assert re.match(r"^tfdist: job \w{12}  running  attempt 0  \d+s$", body[-3]), body
-    assert any(line.startswith("[worker:0] hello from worker:0 attempt 0") for line in body[:-3]), body
+    assert body[-4].startswith("[worker:") or set(body[-4]) <= set("xy"), body  # task output right above them
+    assert "[worker:0] hello from worker:0 attempt 0" in tmux.history()
     steps = {int(m.group(1)): int(m.group(2)) for m in map(LIVE_LINE.match, body[-2:]) if m}
     later = tmux.wait_for(lambda s: any((m := LIVE_LINE.match(x)) and int(m.group(2)) > steps[int(m.group(1))]
                                         for x in s), 30, "the step to advance")
