@@ -18,9 +18,9 @@ import ipaddress
 import re
 from typing import Callable, Mapping, Sequence
 
-from tfdist.constants import METRICS_HOST, METRICS_PORT
-from tfdist.errors import UsageError
 from tfdist.cluster.hostlist import expand_tasks_per_node
+from tfdist.errors import UsageError
+from tfdist.launch.protocol import METRICS_HOST, METRICS_PORT
 
 SLURM_METRICS_PORT = "TFDIST_SLURM_METRICS_PORT"
 SLURM_METRICS_HOST = "TFDIST_SLURM_METRICS_HOST"
