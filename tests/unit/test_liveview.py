@@ -226,7 +226,9 @@ def test_watch_records_how_the_run_ended(tmp_path, raised, state, summary):
     record = runs.find_run(None, environ)
     assert record.ended and record.state == state and record.summary["restarts"] == 2
     assert (f"tfdist: job 0123456789ab {state} in 0s, 2 restarts" in tty.getvalue()) is summary
-    assert "tfdist: job 0123456789ab  running  0s" in tty.getvalue()  # the live header was drawn
+    assert tty.getvalue().startswith("tfdist: job 0123456789ab  running  0s")  # the live header was drawn...
+    if not summary:  # ...and erased again when the launch raised (its own error message says what happened)
+        assert tty.getvalue() == "tfdist: job 0123456789ab  running  0s" + erase_rows(1)
 
 
 def test_watch_draws_nothing_when_not_a_terminal(tmp_path):

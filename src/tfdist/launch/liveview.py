@@ -232,14 +232,16 @@ class LiveView:
         self.sample()
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, keep: bool = True) -> None:
+        """Stop redrawing; ``keep``: leave the final lines on the screen (else erase them: the launch never ran)."""
         self._stop.set()
         self._thread.join(timeout=5)
         try:
-            self.sample()  # the final state, when the folder is still there
+            if keep:
+                self.sample()  # the final state, when the folder is still there
         finally:
             if self.pinned is not None:
-                self.pinned.close()
+                self.pinned.close(keep=keep)
 
 
 def wants_live(stream: TextIO, environ: Mapping[str, str]) -> bool:
@@ -302,7 +304,8 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
             view.final_state = final_state(getattr(supervisor, "result", None)) or "failed"
         else:
             view.final_state = "interrupted" if isinstance(escaped, KeyboardInterrupt) else "failed"
-        view.stop()
+        error = escaped is not None and not isinstance(escaped, KeyboardInterrupt)
+        view.stop(keep=not error)
         beat = view.last_beat
         steps_per_s, examples_per_s = training_rate(view.first_beat, beat)
         summary = Summary(run_id=supervisor.run_id, state=view.final_state,
@@ -312,6 +315,6 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
                           examples=beat.examples if beat else None, steps_per_s=steps_per_s,
                           examples_per_s=examples_per_s)
         runs.save(runs.finished(record, view.final_state, summary.to_json()), environ)
-        if show and (escaped is None or isinstance(escaped, KeyboardInterrupt)):
+        if show and not error:
             for line in render_summary(summary):
                 print(line, file=stream, flush=True)

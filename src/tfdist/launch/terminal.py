@@ -136,8 +136,8 @@ class PinnedLines:
             for name, _, proxy in self._proxies:
                 setattr(sys, name, proxy)
 
-    def close(self) -> None:
-        """Give the streams back, leaving the last pinned lines on the screen above the cursor."""
+    def close(self, *, keep: bool = True) -> None:
+        """Give the streams back, leaving the last pinned lines on the screen above the cursor (or erasing them)."""
         with self.lock:
             for name, original, proxy in self._proxies:
                 proxy.drain()
@@ -145,6 +145,6 @@ class PinnedLines:
                     setattr(sys, name, original)
             self._proxies = []
             if self._drawn:
-                self._write_tty("\n")
+                self._write_tty("\n" if keep else self._erase())
             self._drawn = 0
             self._lines = []
