@@ -2,6 +2,7 @@
 
     fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
                  [--first-attempt-only] [--spawn-child] [--detach-child] [--startup-delay S] [--chatter N]
+                 [--total-steps N]
 
 Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
 """
@@ -37,6 +38,8 @@ def main() -> int:
     p.add_argument("--chatter", type=int, default=0, help="print this many 1 kB lines to stdout and stderr")
     p.add_argument("--abort-like-no-threads", action="append", default=[],
                    help="TASK: die as a C++ runtime that could not create a thread does (SIGABRT)")
+    p.add_argument("--total-steps", type=int, default=None,
+                   help="train this many 20 ms steps (instead of --sleep), reporting the total and a falling loss")
     args = p.parse_args()
     if args.startup_delay:
         print("starting up", flush=True)
@@ -78,7 +81,7 @@ def main() -> int:
         print(f"line {i} " + "x" * 1000, flush=True)
         print(f"err {i} " + "y" * 1000, file=sys.stderr, flush=True)
     active = not args.first_attempt_only or attempt == 0
-    heartbeat = Heartbeat(min_interval=0.0)
+    heartbeat = Heartbeat(min_interval=0.0, total_steps=args.total_steps)
     if active and me in args.hang:
         heartbeat.beat(1)
         time.sleep(3600)
@@ -103,10 +106,12 @@ def main() -> int:
         time.sleep(3600)  # parameter servers serve until stopped
     deadline = time.monotonic() + args.sleep
     step = 0
-    while time.monotonic() < deadline:
+    while (step < args.total_steps) if args.total_steps is not None else (time.monotonic() < deadline):
         step += 1
-        heartbeat.beat(step)
+        heartbeat.beat(step, loss=1.0 / step, examples=32 * step)
         time.sleep(0.02)
+    if args.total_steps is not None:
+        heartbeat.finished(step, loss=1.0 / step, examples=32 * step)
     if info.task_type == "evaluator":
         time.sleep(3600)
     print(f"{me} done", flush=True)

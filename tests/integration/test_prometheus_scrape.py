@@ -60,6 +60,23 @@ def _free_block(count: int) -> int:
     raise RuntimeError("no block of free ports")
 
 
+def start_prometheus(binary: str, config: Path, folder: Path, port: int) -> subprocess.Popen[bytes]:
+    """A real Prometheus server on 127.0.0.1:``port``, its data and log under ``folder``."""
+    with open(folder / "prometheus.log", "wb") as log:
+        return subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _get(url: str, timeout: float = 3.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -126,10 +143,7 @@ def test_prometheus_scrapes_a_two_worker_job(tmp_path: Path) -> None:
     assert main(["monitor", "scrape-config", "--target", "local", "-n", "2", "--port", str(metrics_port),
                  "--job", job, "--interval", "1s", "-o", str(config)]) == 0
 
-    prom_log = open(tmp_path / "prometheus.log", "wb")
-    prom = subprocess.Popen([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=prom_log, stderr=subprocess.STDOUT)
+    prom = start_prometheus(prometheus, config, tmp_path, prom_port)
     launch_log = open(tmp_path / "launch.log", "wb")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--metrics-port", str(metrics_port),
@@ -196,13 +210,7 @@ def test_prometheus_scrapes_a_two_worker_job(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(launcher.pid, signal.SIGKILL)
                 launcher.wait()
-        prom.terminate()
-        try:
-            prom.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait()
-        prom_log.close()
+        stop_process(prom)
         launch_log.close()
     alive = [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert alive == [], f"task processes left running: {alive}"

@@ -53,12 +53,14 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
 @option("--thread-caps/--no-thread-caps", default=False, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
+@option("--live/--no-live", default=None,
+        help="One live line per task and a summary at the end [default: when stderr is a terminal].")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
-            launcher_metrics_port: int | None, tf_log_level: str, **flags: object) -> int:
+            launcher_metrics_port: int | None, tf_log_level: str, live: bool | None, **flags: object) -> int:
     """Start and supervise a distributed TensorFlow job on this machine.
 
     Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
@@ -108,9 +110,13 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
         print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
     try:
-        result = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
-                            console=Console(enabled=spec.tee or spec.log_dir is None,
-                                            tf_log_level=int(environ[LEVEL_VARIABLE]))).run()
+        from tfdist.launch.liveview import watch
+
+        supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
+                                console=Console(enabled=spec.tee or spec.log_dir is None,
+                                                tf_log_level=int(environ[LEVEL_VARIABLE])))
+        with watch(supervisor, live=live):  # run record for status/logs; live lines on a terminal
+            result = supervisor.run()
     finally:
         if launcher_metrics is not None:
             launcher_metrics.close()

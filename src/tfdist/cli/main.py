@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "docker": ("tfdist.cli.docker", "Write a Dockerfile that matches the GPU stack."),
     "setup-gpu": ("tfdist.cli.setup_gpu", "Write a script that installs a fitting NVIDIA driver."),
     "launch": ("tfdist.cli.launch", "Start and supervise distributed TensorFlow tasks on this machine."),
+    "status": ("tfdist.cli.status", "Show how a launched job is doing: each task's state, step and loss."),
+    "logs": ("tfdist.cli.logs", "Print or follow (-f) the task logs of a launched job."),
     "tf-config": ("tfdist.cli.tf_config", "Print the TF_CONFIG this process resolves to."),
     "slurm": ("tfdist.cli.slurm", "Write an sbatch script that runs the job on Slurm."),
     "k8s": ("tfdist.cli.k8s", "Write Kubernetes manifests (TFJob, JobSet, Indexed Job)."),

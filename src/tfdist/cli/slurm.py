@@ -31,6 +31,12 @@ from tfdist.cli.common import option
 @option("--chief", is_flag=True, help="Rank 0 is a separate chief (default: worker 0 acts as chief).")
 @option("--ps", type=click.IntRange(min=0), default=0, help="This many ranks are parameter servers.")
 @option("--evaluator", is_flag=True, help="The last rank is a side-car evaluator.")
+@option("--metrics-port", type=click.IntRange(min=1, max=65535), default=None,
+        help="Serve /metrics and /healthz from every task: the task with SLURM_LOCALID k on port P+k of its node "
+             "(what `tfdist monitor scrape-config --target slurm --port P -n TASKS_PER_NODE` scrapes).")
+@option("--metrics-host", default=None,
+        help="Address the tasks bind their metrics on [default: the node's address, or 0.0.0.0 when the node's "
+             "name resolves only to loopback].")
 @option("--python", default=None, help="Python with tfdist installed on the nodes [default: this one].")
 @option("-o", "--output", default=None, help="Write the script here (default: standard output).")
 @option("--force", is_flag=True, help="Replace an existing --output (the old one is kept as NAME.bak).")
@@ -38,7 +44,8 @@ from tfdist.cli.common import option
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: int, partition: str | None,
             time_limit: str | None, max_restarts: int, log_dir: str, model_dir: str | None, job_name: str | None,
-            grace: int, port_base: int | None, chief: bool, ps: int, evaluator: bool, python: str | None,
+            grace: int, port_base: int | None, chief: bool, ps: int, evaluator: bool, metrics_port: int | None,
+            metrics_host: str | None, python: str | None,
             output: str | None, force: bool, script: str, args: tuple[str, ...]) -> int:
     """Write an sbatch script that runs SCRIPT [ARGS...] as a multi-worker TensorFlow job.
 
@@ -70,7 +77,7 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
         python=python or sys.executable, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
         partition=partition, time=time_limit, max_restarts=max_restarts, log_dir=log_dir,
         model_dir=model_dir or "", grace_seconds=grace, port_base=port_base, chief=chief, ps=ps,
-        evaluator=evaluator)
+        evaluator=evaluator, metrics_port=metrics_port, metrics_host=metrics_host)
     if output is not None:
         check_output(output, force=force)
     text = render_sbatch(spec, script_name=os.path.basename(output) if output else "job.sbatch")
@@ -81,4 +88,7 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
     kept = f" (the old one is kept as {shell(str(backup))})" if backup else ""
     click.echo(f"wrote {shell(output)}{kept} ({spec.total_tasks} tasks on {nodes} node(s)); "
                f"submit with: sbatch {shell(output)}", err=True)
+    if metrics_port is not None:
+        click.echo(f"scrape its metrics with: tfdist monitor scrape-config --target slurm --job {name} "
+                   f"--port {metrics_port} -n {tasks_per_node} --nodes NODELIST", err=True)
     return 0

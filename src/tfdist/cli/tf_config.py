@@ -18,7 +18,8 @@ from tfdist.cli.common import emit_json, option
 @option("--json", "as_json", is_flag=True, help="Print a versioned document with the source instead of bare TF_CONFIG.")
 @option("--exec", "do_exec", is_flag=True, hidden=True,
         help="Internal (used by the sbatch script and the Kubernetes manifests): export TF_CONFIG, "
-             "TFDIST_TASK_TYPE/INDEX and TF_USE_LEGACY_KERAS=1 (when tf_keras is installed), then exec COMMAND.")
+             "TFDIST_TASK_TYPE/INDEX, TF_USE_LEGACY_KERAS=1 (when tf_keras is installed) and, under Slurm with "
+             "TFDIST_SLURM_METRICS_PORT, this task's TFDIST_METRICS_PORT/HOST, then exec COMMAND.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...]) -> int:
     """Print the TF_CONFIG this process resolves to, as JSON.
@@ -59,8 +60,10 @@ def _exec(argv: list[str], source: str) -> int:
     from tfdist.cluster import task_environment
     from tfdist.compat.keras import tf_keras_available
     from tfdist.errors import TfdistError
+    from tfdist.launch.slurm_metrics import metrics_environment, resolve_host
 
     env = task_environment(os.environ, source, legacy_keras_available=tf_keras_available())
+    env.update(metrics_environment(env, resolve_host))  # Slurm: each task its own port (base + SLURM_LOCALID)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -13,6 +13,7 @@ from importlib import resources
 
 from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
+from tfdist.launch.slurm_metrics import SLURM_METRICS_HOST, SLURM_METRICS_PORT, valid_host
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -40,6 +41,10 @@ class SlurmJobSpec:
         chief: rank 0 is a separate chief. ps: this many ranks are parameter servers. evaluator: the last rank
             evaluates.
         restart_delay_seconds: pause between a failed attempt and the next.
+        metrics_port: first metrics port on each node (task at local id k serves on ``metrics_port + k``), or None
+            for no metrics endpoints.
+        metrics_host: address every task binds its metrics on; None: the node's own address (see
+            :mod:`tfdist.launch.slurm_metrics`).
     """
 
     script: str
@@ -62,6 +67,8 @@ class SlurmJobSpec:
     evaluator: bool = False
     restart_delay_seconds: int = 5
     extra_sbatch: tuple[str, ...] = field(default=())
+    metrics_port: int | None = None
+    metrics_host: str | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.tasks_per_node < 1:
@@ -73,6 +80,14 @@ class SlurmJobSpec:
             raise UsageError("--grace must be between 10 and 65535 seconds")
         if self.port_base is not None and not 1024 <= self.port_base <= 65535 - self.tasks_per_node:
             raise UsageError(f"--port-base {self.port_base} leaves no room for {self.tasks_per_node} ports per node")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65536 - self.tasks_per_node:
+            raise UsageError(f"--metrics-port {self.metrics_port} leaves no room for {self.tasks_per_node} "
+                             "port(s) per node", hint=f"use a port from 1024 to {65536 - self.tasks_per_node}")
+        if self.metrics_host is not None and not valid_host(self.metrics_host):
+            raise UsageError(f"--metrics-host {self.metrics_host!r} is not a host name or IP address",
+                             hint="give an address such as 0.0.0.0, or leave it out to bind the node's address")
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise UsageError("--metrics-host needs --metrics-port", hint="add --metrics-port, e.g. 9464")
         workers = self.nodes * self.tasks_per_node - int(self.chief) - self.ps - int(self.evaluator)
         if workers < 0 or (workers == 0 and not self.chief):
             raise UsageError(f"{self.nodes * self.tasks_per_node} task(s) (-N {self.nodes} x -T {self.tasks_per_node}) "
@@ -150,6 +165,11 @@ def _role_lines(spec: SlurmJobSpec) -> str:
         lines.append(f"export TFDIST_SLURM_PS={spec.ps}")
     if spec.evaluator:
         lines.append("export TFDIST_SLURM_EVALUATOR=1")
+    if spec.metrics_port is not None:
+        # tf-config --exec gives each task TFDIST_METRICS_PORT = this + SLURM_LOCALID (see tfdist.launch.slurm_metrics).
+        lines.append(f"export {SLURM_METRICS_PORT}={spec.metrics_port}")
+    if spec.metrics_host is not None:
+        lines.append(f"export {SLURM_METRICS_HOST}={shlex.quote(spec.metrics_host)}")
     return "".join(line + "\n" for line in lines)
 
 

@@ -106,6 +106,9 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TFDIST_SLURM_CHIEF", SetBy.DEPLOY, "1: Slurm rank 0 is the chief"),
     EnvVar("TFDIST_SLURM_PS", SetBy.DEPLOY, "K: the K Slurm ranks after the workers are parameter servers"),
     EnvVar("TFDIST_SLURM_EVALUATOR", SetBy.DEPLOY, "1: the last Slurm rank is the evaluator"),
+    EnvVar("TFDIST_SLURM_METRICS_PORT", SetBy.DEPLOY, "P: each Slurm task serves its metrics on P + SLURM_LOCALID"),
+    EnvVar("TFDIST_SLURM_METRICS_HOST", SetBy.DEPLOY, "the address Slurm tasks bind their metrics on (default: the "
+           "node's)"),
     EnvVar("TFDIST_K8S_REPLICAS", SetBy.DEPLOY, "Kubernetes replica counts, e.g. chief=1,worker=2"),
     EnvVar("TFDIST_K8S_PORT", SetBy.DEPLOY, "the port every Kubernetes task listens on (default 2222)"),
     EnvVar("TFDIST_K8S_SUBDOMAIN", SetBy.DEPLOY, "the headless service naming the Kubernetes pods"),

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -68,6 +68,7 @@ class Supervisor:
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
         self.console = console or Console(enabled=spec.tee or spec.log_dir is None)
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
+        self.before_log_cleanup: Callable[[], Any] | None = None  # the live view's last look (liveview.watch)
         self.metrics = metrics
         self.contain = contain
         self.stops = StopRequests()
@@ -285,6 +286,8 @@ class Supervisor:
         self.stops.restore()
         if self._temporary_logs and self.result.cause is not None and self.result.cause not in (
                 Cause.TASK_FAILED, Cause.HUNG, Cause.PORT_CONFLICT, Cause.START_FAILED):
+            if self.before_log_cleanup is not None:
+                self.before_log_cleanup()
             shutil.rmtree(self.log_dir, ignore_errors=True)  # kept after a failure: the report points into it
 
     def _event(self, name: str, **fields: Any) -> None:

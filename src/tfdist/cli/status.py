@@ -1,0 +1,120 @@
+"""``tfdist status``: how a running or finished ``tfdist launch`` job is doing, read from its run folder."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+
+from tfdist.cli.common import emit_json, option
+
+STATUS_SCHEMA_VERSION = 1
+
+
+@click.command(name="status")
+@option("--json", "as_json", is_flag=True, help="Print a versioned JSON document (schema tfdist.status).")
+@option("--list", "list_runs", is_flag=True, help="List the recorded runs, newest first.")
+@click.argument("run", required=False)
+def command(as_json: bool, list_runs: bool, run: str | None) -> int:
+    """Show each task's state, step, loss and log of RUN (default: the most recent run).
+
+    RUN is a run id (or a unique prefix of one) from `tfdist status --list`, or a run folder (--log-dir).
+    Runs are recorded under $XDG_STATE_HOME/tfdist/runs (default ~/.local/state/tfdist/runs).
+
+    \b
+        tfdist status              # the latest run
+        tfdist status 3f2a --json
+    """
+    from tfdist.launch import progress, runs
+
+    environ = os.environ
+    if list_runs:
+        records = runs.list_records(environ)
+        if as_json:
+            emit_json("runs", {"runs": [_record_json(r) for r in records]}, version=STATUS_SCHEMA_VERSION)
+        else:
+            for record in records:
+                click.echo(_list_line(record, progress.run_state(record, runs.launcher_alive(record))))
+        return 0
+    status = progress.run_status(runs.find_run(run, environ))
+    if as_json:
+        emit_json("status", _status_json(status), version=STATUS_SCHEMA_VERSION)
+    else:
+        click.echo("\n".join(render_status(status, now=time.time())))
+    return 0
+
+
+def _ago(seconds: float) -> str:
+    from tfdist.launch.liveview import format_duration
+
+    return f"{format_duration(max(0.0, seconds))} ago"
+
+
+def _list_line(record: Any, state: str) -> str:
+    from tfdist.launch.liveview import format_duration
+
+    ran = format_duration((record.ended_at or time.time()) - record.started_at)
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
+    return f"{record.run_id}  {started}  {state:<11}  {ran:>7}  {record.log_dir}"
+
+
+def render_status(status: Any, *, now: float) -> list[str]:
+    """The text report: the run, its folder, its summary, then one line per task of the latest attempt."""
+    from tfdist.launch.liveview import Row, format_duration, format_number, render_rows
+
+    record = status.record
+    if record.ended:
+        when = f"ended {_ago(now - record.ended_at)}, ran {format_duration(record.ended_at - record.started_at)}"
+    else:
+        when = f"started {_ago(now - record.started_at)}, launcher pid {record.launcher_pid} on {record.host}"
+    lines = [f"run {record.run_id} ({record.job_name}): {status.state} ({when})",
+             f"  command: {' '.join(record.command)}"]
+    if status.folder_exists:
+        lines.append(f"  folder:  {record.log_dir}")
+    elif record.temporary:
+        lines.append(f"  folder:  {record.log_dir} is gone: it was a temporary folder, removed when the job ended "
+                     "(launch with --log-dir to keep the logs)")
+    else:
+        lines.append(f"  folder:  {record.log_dir} is gone (moved or deleted)")
+    summary = record.summary
+    if summary:
+        parts = [f"{summary['steps']:,} steps" if summary.get("steps") is not None else None,
+                 f"{summary['steps_per_s']:.1f} steps/s" if summary.get("steps_per_s") else None,
+                 f"{summary.get('restarts', 0)} restart(s)",
+                 f"final loss {format_number(summary['loss'])}" if summary.get("loss") is not None else None]
+        lines.append("  summary: " + ", ".join(p for p in parts if p))
+    if status.state == "lost":
+        lines.append("  the launcher is gone without recording an end (killed, or its machine restarted)")
+    if status.tasks:
+        lines.append(f"attempt {status.attempt}:")
+        rows = [Row(task=t.name, state=t.state, step=t.beat.step if t.beat else None,
+                    total_steps=t.beat.total_steps if t.beat else None, loss=t.beat.loss if t.beat else None,
+                    restarts=status.attempt or 0) for t in status.tasks]
+        for task, line in zip(status.tasks, render_rows(rows)):
+            age = f"  last beat {_ago(now - task.beat.time)}" if task.beat and task.state == "training" else ""
+            lines.append(f"  {line}{age}")
+            if task.error:
+                lines.append(f"    error: {task.error}")
+            lines.append(f"    log: {task.log_path}")
+    return lines
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    data = record.to_json()
+    data.pop("schema", None)
+    data.pop("schema_version", None)
+    return data
+
+
+def _status_json(status: Any) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "run": _record_json(status.record), "state": status.state, "folder_exists": status.folder_exists,
+        "attempt": status.attempt,
+        "tasks": [{"task": t.name, "attempt": t.attempt, "pid": t.pid, "state": t.state,
+                   "step": t.beat.step if t.beat else None, "total_steps": t.beat.total_steps if t.beat else None,
+                   "loss": t.beat.loss if t.beat else None, "examples": t.beat.examples if t.beat else None,
+                   "seconds_since_beat": round(now - t.beat.time, 3) if t.beat else None,
+                   "log": t.log_path, "error": t.error} for t in status.tasks],
+    }
