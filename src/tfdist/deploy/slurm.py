@@ -169,7 +169,7 @@ def _role_lines(spec: SlurmJobSpec) -> str:
         # tf-config --exec gives each task TFDIST_METRICS_PORT = this + SLURM_LOCALID (see tfdist.launch.slurm_metrics).
         lines.append(f"export {SLURM_METRICS_PORT}={spec.metrics_port}")
     if spec.metrics_host is not None:
-        lines.append(f"export {SLURM_METRICS_HOST}={shlex.quote(spec.metrics_host)}")
+        lines.append(f"export {SLURM_METRICS_HOST}={quote.shell(spec.metrics_host, '--metrics-host')}")
     return "".join(line + "\n" for line in lines)
 
 
