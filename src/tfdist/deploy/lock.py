@@ -88,7 +88,7 @@ def read_extra_requirements(paths: Sequence[Path]) -> list[str]:
         except OSError as failure:
             raise UsageError(f"cannot read {path}: {failure.strerror}", hint="check the -r path") from None
         for number, raw in enumerate(text.splitlines(), start=1):
-            line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+            line = re.sub(r"(^|\s)#.*", "", raw).strip()
             if not line:
                 continue
             if line.startswith("-"):
