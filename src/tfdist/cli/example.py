@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tfdist.cli.common import option
+from tfdist.cli.common import PathText, option
 
 
 def shipped_examples() -> list[str]:
@@ -19,7 +19,7 @@ def shipped_examples() -> list[str]:
 
 @click.command(name="example")
 @click.argument("name", required=False)
-@option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+@option("-o", "--output", type=PathText(dir_okay=False, path_type=Path),
         help="Write the script here instead of printing it (never over an existing file without --force).")
 @option("--force", is_flag=True, help="Replace an existing --output file.")
 def command(name: str | None, output: Path | None, force: bool) -> int:
@@ -28,7 +28,8 @@ def command(name: str | None, output: Path | None, force: bool) -> int:
     Each one also runs straight from the package: tfdist launch -n 2 -m tfdist.examples.NAME
     """
     from tfdist.errors import UsageError
-    from tfdist.deploy.scaffold import write_new
+    from tfdist import quote
+    from tfdist.output import write_output
 
     names = shipped_examples()
     if name is None:
@@ -41,6 +42,8 @@ def command(name: str | None, output: Path | None, force: bool) -> int:
     if output is None:
         sys.stdout.write(text)
         return 0
-    write_new(output, text, force=force, flag="--output")
-    print(f"wrote {output}; run it with: tfdist launch -n 2 -- {output}", file=sys.stderr)
+    backup = write_output(output, text, force=force, flag="--output")
+    kept = f" (the old one is kept as {quote.shell(str(backup))})" if backup else ""
+    print(f"wrote {quote.shell(str(output))}{kept}; run it with: tfdist launch -n 2 -- {quote.shell(str(output))}",
+          file=sys.stderr)
     return 0
