@@ -1,12 +1,16 @@
 """``tfdist lock``: resolve a hash-pinned TensorFlow environment for a target machine."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import click
 
 from tfdist.cli.common import PathText, emit_json, option
+
+# A wheel file name (PEP 427: distribution-version[-build]-python-abi-platform.whl) of tfdist.
+WHEEL_NAME = re.compile(r"tfdist-[0-9][A-Za-z0-9_.+!]*(?:-[A-Za-z0-9_.+]+){3,4}\.whl")
 
 
 @click.command(name="lock")
@@ -42,10 +46,12 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
     below its wheels' floor) are refused with the reason. Install the result with
     pip install --require-hashes -r requirements.lock.
     """
-    from tfdist.deploy.lock import LockSpec, default_tfdist_wheel, mirror_index, parse_header, render_conda, resolve
+    from tfdist.deploy.lock import (LockSpec, check_target, default_tfdist_wheel, mirror_index, parse_header,
+                                    render_conda, resolve)
     from tfdist import quote
     from tfdist.errors import UsageError
     from tfdist.output import check_output, write_output
+    from tfdist.validate import shown
 
     if as_json and output == "-":
         raise click.UsageError("--json needs -o FILE: with -o - the lock itself goes to stdout")
@@ -57,8 +63,10 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
         tfdist_wheel = default_tfdist_wheel(Path.cwd())
         if tfdist_wheel is not None:
             print(f"tfdist lock: locking tfdist from {tfdist_wheel} (built from this checkout)", file=sys.stderr)
-    if tfdist_wheel is not None and not tfdist_wheel.name.startswith("tfdist-"):
-        raise UsageError(f"--tfdist-wheel {tfdist_wheel} is not a tfdist wheel", hint="build it with make dist")
+    if tfdist_wheel is not None and not WHEEL_NAME.fullmatch(tfdist_wheel.name):
+        # The name becomes a requirement line (./NAME.whl) and a Dockerfile COPY source: wheel grammar only.
+        raise UsageError(f"--tfdist-wheel {shown(str(tfdist_wheel))} is not a tfdist wheel "
+                         "(tfdist-VERSION-TAGS.whl)", hint="build it with make dist", reference="invalid-value")
     index = mirror_index(mirror) if mirror else None
     spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,
                     mirror_index=index, extra_requirements=tuple(requirements), tfdist_wheel=tfdist_wheel,
@@ -67,6 +75,7 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
     outputs = ([] if output == "-" else [(output, "--output")]) + ([(conda, "--conda")] if conda else [])
     for target, flag in outputs:
         check_output(target, force=force, flag=flag)
+    check_target(spec)  # before the progress line, which shows the target
     name = "requirements.lock" if output == "-" else Path(output).name
     print(f"tfdist lock: resolving TensorFlow {tf} ({spec.flavour}) for Python {python} on {spec.uv_platform}"
           + (f" through mirror {mirror}" if mirror else ""), file=sys.stderr)

@@ -184,7 +184,8 @@ def mirror_index(name: str) -> str:
     try:
         chosen = get_mirror(name)
     except UsageError:
-        raise UsageError(f"unknown mirror {name!r}", hint="known mirrors: " + ", ".join(load_catalog()),
+        raise UsageError(f"unknown mirror {validate.shown(name)}",
+                         hint="known mirrors: " + ", ".join(load_catalog()),
                          reference="mirror-unknown") from None
     if not chosen.pip_index:
         raise UsageError(f"mirror {name!r} has no PyPI index", hint="pick another with tfdist mirror list")
