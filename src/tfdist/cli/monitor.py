@@ -90,7 +90,8 @@ def scrape_config_command(target: str, job: str, port: int, tasks: int, host: st
     {job="NAME"}. Check it with `promtool check config FILE`; run it with `prometheus --config.file FILE`.
     """
     from tfdist.deploy.monitor import ScrapeSpec, check_job, k8s_selector, render_scrape_config, render_slurm_targets
-    from tfdist.validate import path_text
+    from tfdist.errors import UsageError
+    from tfdist.validate import one_line, path_text
 
     check_job(job)  # it names the default targets file and selector
     for value, flag in ((output, "--output"), (targets_file, "--targets-file")):
@@ -102,12 +103,17 @@ def scrape_config_command(target: str, job: str, port: int, tasks: int, host: st
     if target == "slurm":
         from tfdist.cluster.hostlist import expand_hostlist
 
+        source = "--nodes" if nodes else "SLURM_JOB_NODELIST"
         nodes = nodes or os.environ.get("SLURM_JOB_NODELIST", "")
+        if nodes:  # exact: the host-list parser would quietly drop white space around it
+            one_line(nodes, source, allow_outer_space=False)
         node_list = tuple(expand_hostlist(nodes)) if nodes else ()
         base = Path(output).parent if output != "-" else Path.cwd()
         sd_file = os.path.abspath(targets_file or base / f"tfdist-{job}-targets.json")
     if selector is None:
         selector = k8s_selector(job)
+    elif not selector:  # it would select every pod of the namespace
+        raise UsageError("--selector '' is empty", hint="leave it out for the pods tfdist k8s labels, or give one")
     spec = ScrapeSpec(target=target, job=job, interval=interval, port=port, tasks=tasks, host=host,
                       launcher_port=launcher_port, nodes=node_list, targets_file=sd_file or "tfdist-targets.json",
                       namespace=namespace, selector=selector, port_name=port_name)

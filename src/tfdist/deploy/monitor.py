@@ -34,6 +34,8 @@ _DURATION = re.compile(r"[0-9]+(ms|s|m|h)")
 _REQUIREMENT = r"!?[A-Za-z0-9./_-]+((=|==|!=)[A-Za-z0-9._-]*)?"  # key, !key, key=value, key!=value
 _LABEL_SELECTOR = re.compile(rf"{_REQUIREMENT}(,{_REQUIREMENT})*")
 _JOB = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+# Prometheus' file_sd path rule (discovery/file patFileSDName) without its '*' glob: tfdist writes this very file.
+_FILE_SD_NAME = re.compile(r"[^*]*\.(?:json|yml|yaml|JSON|YML|YAML)")
 # Grafana's dashboard uid rule (util.IsValidShortUID and MaxUIDLength).
 _GRAFANA_UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
@@ -81,6 +83,9 @@ class ScrapeSpec:
         for node in self.nodes:
             validate.host(node, "--nodes")
         validate.path_text(self.targets_file, "--targets-file")
+        if not _FILE_SD_NAME.fullmatch(self.targets_file):
+            raise UsageError(f"--targets-file {shown(self.targets_file)} is not a name Prometheus' file discovery "
+                             "reads", hint="end it in .json and leave out '*'")
         validate.dns_label(self.namespace, "--namespace")
         # A container port name is an IANA service name: a DNS label of at most 15 with at least one letter.
         validate.dns_label(self.port_name, "--port-name", max_length=15)
