@@ -69,9 +69,12 @@ class PathText(click.Path):
     """
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from tfdist.validate import path_text
+        from tfdist.validate import path_text, refuse
 
-        path_text(os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value), flag_of(param))
+        text = os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)
+        path_text(text, flag_of(param))
+        if not self.dir_okay and text.endswith("/"):  # a Path would silently drop the '/' and name a file
+            raise refuse(flag_of(param), text, "ends in '/', which names a folder", "give a file name")
         return super().convert(value, param, ctx)
 
 
