@@ -77,7 +77,8 @@ def _pip_requirements(path: Path) -> list[tuple[str, list[str]]]:
     from pip._internal.req.req_file import parse_requirements
 
     parsed = parse_requirements(str(path), session=PipSession())
-    return [(item.requirement.strip(), sorted((item.options or {}).get("hashes", {}).get("sha256", []))) for item in parsed]
+    return [(item.requirement.strip(), sorted((item.options or {}).get("hashes", {}).get("sha256", [])))
+            for item in parsed]
 
 
 def _check(flag: str, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]

@@ -23,7 +23,8 @@ SCRAPE = {
     "--job": ("mnist", "local"), "--host": ("127.0.0.1", "local"), "--port": ("9464", "local"),
     "--tasks": ("2", "local"), "--launcher-port": ("9400", "local"), "--interval": ("15s", "local"),
     "--nodes": ("node[1-2]", "slurm"), "--targets-file": ("targets.json", "slurm"), "--namespace": ("ml", "k8s"),
-    "--selector": ("tfdist.io/job=x", "k8s"), "--port-name": ("metrics", "k8s"), "--output": ("prometheus.yml", "local"),
+    "--selector": ("tfdist.io/job=x", "k8s"), "--port-name": ("metrics", "k8s"),
+    "--output": ("prometheus.yml", "local"),
 }
 PATHS = {"--output", "--targets-file"}
 
@@ -72,7 +73,8 @@ def _scrape_check(flag: str, target: str):  # type: ignore[no-untyped-def]
             assert job["static_configs"][1]["targets"] == [f"127.0.0.1:{int(item.value)}"]
         if target == "slurm":
             files = job["file_sd_configs"][0]["files"]
-            expected = item.folder / item.value if flag == "--targets-file" else item.folder / "tfdist-tfdist-targets.json"
+            default = "tfdist-tfdist-targets.json"  # next to -o, named after the default --job
+            expected = item.folder / (item.value if flag == "--targets-file" else default)
             assert files == [os.path.abspath(expected)]
             nodes = json.loads(Path(files[0]).read_text(encoding="utf-8"))
             given = item.value if flag == "--nodes" else "a,b"
