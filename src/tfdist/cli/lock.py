@@ -51,7 +51,6 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
     from tfdist import quote
     from tfdist.errors import UsageError
     from tfdist.output import check_output, write_output
-    from tfdist.validate import shown
 
     if as_json and output == "-":
         raise click.UsageError("--json needs -o FILE: with -o - the lock itself goes to stdout")
@@ -65,7 +64,7 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
             print(f"tfdist lock: locking tfdist from {tfdist_wheel} (built from this checkout)", file=sys.stderr)
     if tfdist_wheel is not None and not WHEEL_NAME.fullmatch(tfdist_wheel.name):
         # The name becomes a requirement line (./NAME.whl) and a Dockerfile COPY source: wheel grammar only.
-        raise UsageError(f"--tfdist-wheel {shown(str(tfdist_wheel))} is not a tfdist wheel "
+        raise UsageError(f"--tfdist-wheel {tfdist_wheel} is not a tfdist wheel "  # one line: PathText checked it
                          "(tfdist-VERSION-TAGS.whl)", hint="build it with make dist", reference="invalid-value")
     index = mirror_index(mirror) if mirror else None
     spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,

@@ -56,11 +56,11 @@ def command(logdir: str, port: int, host: str, dry_run: bool) -> int:
     from pathlib import Path
 
     from tfdist.errors import TfdistError, UsageError
-    from tfdist.validate import host as check_host, shown
+    from tfdist.validate import host as check_host
 
     check_host(host, "--host")
     if "://" not in logdir and not Path(logdir).is_dir():  # gs://, s3://... are TensorBoard's to check
-        raise UsageError(f"--logdir {shown(logdir)} is not a folder" + (" (it is a file)" if Path(logdir).exists() else ""),
+        raise UsageError(f"--logdir {logdir} is not a folder" + (" (it is a file)" if Path(logdir).exists() else ""),
                          hint="give the job's TensorBoard folder (MODEL_DIR/logs, which the chief creates "
                          "once training starts)", reference="tensorboard-no-logdir")
     argv = tensorboard_argv(logdir, port, host)
