@@ -64,8 +64,9 @@ def command(tf: str, gpu: bool, python: str, platform: str, glibc: str, mirror: 
             print(f"tfdist lock: locking tfdist from {tfdist_wheel} (built from this checkout)", file=sys.stderr)
     if tfdist_wheel is not None and not WHEEL_NAME.fullmatch(tfdist_wheel.name):
         # The name becomes a requirement line (./NAME.whl) and a Dockerfile COPY source: wheel grammar only.
-        raise UsageError(f"--tfdist-wheel {tfdist_wheel} is not a tfdist wheel "  # one line: PathText checked it
-                         "(tfdist-VERSION-TAGS.whl)", hint="build it with make dist", reference="invalid-value")
+        # The path itself is one line of printable text (PathText checked it), so it is shown as typed.
+        raise UsageError(f"--tfdist-wheel {tfdist_wheel} is not a tfdist wheel (tfdist-VERSION-TAGS.whl)",
+                         hint="build it with make dist", reference="invalid-value")
     index = mirror_index(mirror) if mirror else None
     spec = LockSpec(tf=tf, flavour="gpu" if gpu else "cpu", python=python, platform=platform, glibc=glibc,
                     mirror_index=index, extra_requirements=tuple(requirements), tfdist_wheel=tfdist_wheel,
