@@ -17,6 +17,7 @@ rule                      consumer and source of the limits
                           name <= 255
 :func:`url`               an http(s) URL without whitespace, control characters, quotes or backslashes; a
                           bracketed IPv6 host must be an IPv6 address; the port must be 1-65535
+:func:`host`              an IP address or a host name (letters, digits, '.', '-', '_'), <= 253
 :func:`file_name`         one path component: no ``/``, not ``.``/``..``, <= 255 bytes, one line
 :func:`path_text`         a path: one line, every component a file name, <= 4096 bytes
 :func:`version`           a release number such as ``2.21``, ``2.21.0`` or ``2.21.0rc1``
@@ -201,6 +202,21 @@ def url(value: str, flag: str, *, schemes: tuple[str, ...] = ("http", "https")) 
         raise refuse(flag, value, "has no valid host name", hint)
     if port == 0 or (port is None and host_text.endswith(":")):
         raise refuse(flag, value, "has an empty or zero port", "use a port between 1 and 65535")
+    return value
+
+
+def host(value: str, flag: str) -> str:
+    """A host to reach: an IPv4 or IPv6 address (unbracketed), or a host name of letters, digits, '.', '-', '_'
+    (<= 253 characters, no empty label)."""
+    one_line(value, flag, max_length=DNS_SUBDOMAIN_MAX)
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(value) or ".." in value:
+        raise refuse(flag, value, "is not an IP address or a host name",
+                     "use e.g. 127.0.0.1, fd00::5 or node-01.cluster")
     return value
 
 

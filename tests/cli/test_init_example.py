@@ -37,7 +37,7 @@ def test_init_writes_a_project_and_keeps_existing_files(tmp_path: Path, capsys: 
 def test_init_refuses_a_name_that_cannot_be_written_into_the_files(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", str(tmp_path / "p"), "--name", 'x"; import os']) == 2
-    assert "project name" in capsys.readouterr().err and not (tmp_path / "p" / "train.py").exists()
+    assert "--name " in capsys.readouterr().err and not (tmp_path / "p" / "train.py").exists()
 
 
 def test_example_lists_prints_and_writes_without_overwriting(tmp_path: Path,
@@ -53,6 +53,7 @@ def test_example_lists_prints_and_writes_without_overwriting(tmp_path: Path,
     assert main(["example", "digits", "-o", str(target)]) == 2
     assert "exists" in capsys.readouterr().err and target.read_text() == "my edits\n"
     assert main(["example", "digits", "-o", str(target), "--force"]) == 0 and target.read_text() == shipped
+    assert (tmp_path / "digits.py.bak").read_text() == "my edits\n"  # --force keeps what it replaced
     assert main(["example", "nosuch"]) == 2
 
 

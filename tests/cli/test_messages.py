@@ -66,7 +66,7 @@ def test_slurm_refuses_a_script_that_does_not_exist(tmp_path: Path, monkeypatch:
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "job.sbatch"
     assert main(["slurm", "-o", str(out), "trian.py"]) == 2
-    assert "trian.py does not exist" in _error(capsys) and not out.exists()
+    assert "SCRIPT 'trian.py' does not exist" in _error(capsys) and not out.exists()
 
 
 @pytest.mark.parametrize("typed, suggested", [("--nproc_per_node", "--workers"), ("--max_restarts", "--max-restarts"),

@@ -16,7 +16,7 @@ def test_dashboard_to_stdout_and_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["monitor", "dashboard"]) == 0
     board = json.loads(capsys.readouterr().out)
     assert board["uid"] == "tfdist-training" and board["panels"]
-    out = tmp_path / "sub" / "dashboard.json"
+    out = tmp_path / "dashboard.json"
     assert main(["monitor", "dashboard", "-o", str(out), "--job", "mnist", "--title", "MNIST"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and f"wrote Grafana dashboard: {out}" in captured.err
@@ -52,6 +52,7 @@ def test_scrape_config_slurm_reads_the_allocation(tmp_path: Path, monkeypatch: p
 def test_scrape_config_slurm_explicit_nodes_and_targets_file(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     sd = tmp_path / "sd" / "t.json"
+    sd.parent.mkdir()
     rc = main(["monitor", "scrape-config", "--target", "slurm", "--nodes", "a,b", "-n", "2", "--port", "9000",
                "--targets-file", str(sd)])
     assert rc == 0
@@ -92,7 +93,24 @@ def test_unwritable_output_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert main(["monitor", "dashboard", "-o", str(blocker / "d.json")]) == 2
-    assert "cannot write Grafana dashboard" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["dashboard"], ["scrape-config", "--target", "local"],
+                                  ["scrape-config", "--target", "slurm", "--nodes", "a,b"]])
+def test_outputs_are_never_overwritten_without_force(argv: list[str], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no" / "out"
+    assert main(["monitor", *argv, "-o", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err and list(tmp_path.rglob("*")) == []
+    out = tmp_path / "out"
+    out.write_text("mine\n")
+    assert main(["monitor", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and len(err.splitlines()) == 1
+    assert out.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing else
+    assert main(["monitor", *argv, "-o", str(out), "--force"]) == 0
+    assert (tmp_path / "out.bak").read_text() == "mine\n" and out.read_text() != "mine\n"
 
 
 def test_env_twins(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

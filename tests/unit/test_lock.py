@@ -38,13 +38,19 @@ tf-keras==2.21.0 \\
 check_golden = functools.partial(goldens.check_golden, "lock")
 
 
+@pytest.mark.parametrize("field, value", [("tf", "two"), ("tf", "2.21\n"), ("python", "3.12\n"), ("python", " 3.12")])
+def test_a_version_that_is_not_exactly_one_is_refused_when_the_spec_is_made(field: str, value: str) -> None:
+    # packaging's Version strips white space, so "3.12\n" would otherwise reach the header and uv's arguments.
+    with pytest.raises(UsageError, match=f"--{field} .* is not a version number"):
+        LockSpec(**{"tf": "2.21", field: value})
+
+
 @pytest.mark.parametrize("spec, message", [
     (LockSpec(tf="2.17", python="3.13"), "TensorFlow 2.17 has no wheels for Python 3.13: it supports Python 3.9-3.12"),
     (LockSpec(tf="2.21", python="3.9"), "supports Python 3.10-3.13"),
     (LockSpec(tf="2.21", glibc="2.17"), "wheels need glibc >= 2.27, but the target has glibc 2.17"),
     (LockSpec(tf="2.13", flavour="gpu"), "no \\[and-cuda\\] extra"),
     (LockSpec(tf="1.15"), "no build data for TensorFlow"),
-    (LockSpec(tf="two"), "is not a version"),
     (LockSpec(tf="2.21", platform="windows-x86_64"), "unsupported --platform"),
     (LockSpec(tf="2.21", glibc="2.30"), "unsupported --glibc"),
 ])

@@ -52,6 +52,32 @@ def option(*names: str, **kwargs: Any) -> Callable[[F], F]:
     return click.option(*names, **kwargs)
 
 
+def flag_of(param: click.Parameter | None) -> str:
+    """How an error names a parameter: its longest flag (``--output``), or an argument's metavar (``FOLDER``)."""
+    if param is None:
+        return "value"
+    if isinstance(param, click.Option) and param.opts:
+        return max(param.opts, key=len)
+    return param.human_readable_name.upper()
+
+
+class PathText(click.Path):
+    """``click.Path`` that first refuses what no path may hold: NUL, control and format characters, line breaks,
+    components over 255 bytes (:func:`tfdist.validate.path_text`), as the usual one-line exit-2 error naming the flag.
+
+    click's own type hands the value to ``os.stat``, which raises ``ValueError: embedded null byte`` (a traceback).
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from tfdist.validate import path_text, refuse
+
+        text = os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)
+        path_text(text, flag_of(param))
+        if not self.dir_okay and text.endswith("/"):  # a Path would silently drop the '/' and name a file
+            raise refuse(flag_of(param), text, "ends in '/', which names a folder", "give a file name")
+        return super().convert(value, param, ctx)
+
+
 def emit_json(kind: str, payload: dict[str, Any], *, version: int = JSON_SCHEMA_VERSION) -> None:
     """Print a versioned JSON document: ``{"schema": "tfdist.<kind>", "schema_version": N, ...}``."""
     document = {"schema": f"tfdist.{kind}", "schema_version": version, **payload}

@@ -67,11 +67,10 @@ def effective(root: click.Group, default_map: dict[str, Any] | None, only: tuple
 def show(ctx: click.Context, command_words: tuple[str, ...], as_json: bool) -> int:
     """Print each flag's effective value (without flags given here) and where it comes from."""
     from tfdist.cli import settings
-    from tfdist.errors import UsageError
+    from tfdist.validate import bad_character
 
     root = ctx.find_root()
-    if command_words and root.command.get_command(root, command_words[0]) is None:  # type: ignore[attr-defined]
-        raise UsageError(f"no command {command_words[0]!r}", hint="see tfdist --help")
+    _check_words(root, command_words)
     rows = effective(root.command, root.default_map, command_words)  # type: ignore[arg-type]
     config = str(settings.ACTIVE.path) if settings.ACTIVE.path else None
     if as_json:
@@ -83,5 +82,24 @@ def show(ctx: click.Context, command_words: tuple[str, ...], as_json: bool) -> i
         value = "" if row["value"] is None else row["value"]
         if isinstance(value, (list, tuple)):
             value = " ".join(map(str, value))
+        if bad_character(str(value)):  # a value from a variable or the file: one line, no terminal escapes
+            value = repr(str(value))
         print(f"{row['command'] + ' ' + row['flag']:<{width}}  {value!s:<24} {row['source']}")
     return 0
+
+
+def _check_words(root: click.Context, words: tuple[str, ...]) -> None:
+    """Each word must name a command with settings, the next a subcommand of it (no word is ignored)."""
+    from tfdist.errors import UsageError
+    from tfdist.validate import shown
+
+    current: click.Command = root.command
+    for position, word in enumerate(words):
+        typed = " ".join(words[:position + 1])
+        if not isinstance(current, click.Group):
+            raise UsageError(f"tfdist {' '.join(words[:position])} has no subcommand {shown(word)}",
+                             hint="see tfdist config show --help")
+        found = current.get_command(root, word)
+        if found is None or (position == 0 and word in _SKIP):
+            raise UsageError(f"no command with settings named {shown(typed)}", hint="see tfdist --help")
+        current = found

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import sys
 from importlib import resources
-from pathlib import Path
 
 import click
 
-from tfdist.cli.common import option
+from tfdist.cli.common import PathText, option
 
 
 def shipped_examples() -> list[str]:
@@ -19,16 +18,18 @@ def shipped_examples() -> list[str]:
 
 @click.command(name="example")
 @click.argument("name", required=False)
-@option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+@option("-o", "--output", type=PathText(dir_okay=False),
         help="Write the script here instead of printing it (never over an existing file without --force).")
 @option("--force", is_flag=True, help="Replace an existing --output file.")
-def command(name: str | None, output: Path | None, force: bool) -> int:
+def command(name: str | None, output: str | None, force: bool) -> int:
     """Print (or write with -o) an example training script that ships with tfdist; without NAME, list them.
 
     Each one also runs straight from the package: tfdist launch -n 2 -m tfdist.examples.NAME
     """
     from tfdist.errors import UsageError
-    from tfdist.deploy.scaffold import write_new
+    from tfdist import quote
+    from tfdist.output import write_output
+    from tfdist.validate import shown
 
     names = shipped_examples()
     if name is None:
@@ -36,11 +37,13 @@ def command(name: str | None, output: Path | None, force: bool) -> int:
             print(f"{known}\ttfdist launch -n 2 -m tfdist.examples.{known}")
         return 0
     if name not in names:
-        raise UsageError(f"no example named {name!r}", hint="known: " + ", ".join(names))
+        raise UsageError(f"no example named {shown(name)}", hint="known: " + ", ".join(names))
     text = resources.files("tfdist.examples").joinpath(f"{name}.py").read_text(encoding="utf-8")
     if output is None:
         sys.stdout.write(text)
         return 0
-    write_new(output, text, force=force, flag="--output")
-    print(f"wrote {output}; run it with: tfdist launch -n 2 -- {output}", file=sys.stderr)
+    backup = write_output(output, text, force=force, flag="--output")
+    kept = f" (the old one is kept as {quote.shell(str(backup))})" if backup else ""
+    print(f"wrote {quote.shell(output)}{kept}; run it with: tfdist launch -n 2 -- {quote.shell(output)}",
+          file=sys.stderr)
     return 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from tfdist.cli.common import emit_json, option
+from tfdist.cli.common import PathText, emit_json, option
 from tfdist.status import ExitStatus
 
 _URL_HELP = "Add an ad-hoc pip/uv mirror as NAME=URL (repeatable)."
@@ -97,7 +97,7 @@ def test_command(only: str | None, url: tuple[str, ...], package: str | None, sy
 @option("--only", metavar="A,B", help="With 'fastest': probe only these mirrors.")
 @option("--timeout", type=float, default=5.0, show_default=True, help="Seconds for the probe (or the check).")
 @option("--allow-insecure", is_flag=True, help=_INSECURE_HELP)
-@option("--root", type=click.Path(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
+@option("--root", type=PathText(file_okay=False), hidden=True, help="Alternative root for system-wide files.")
 @option("--no-check", is_flag=True, help="Switch without first checking that the mirror answers and serves files.")
 @option("--no-verify", is_flag=True, help="Do not ask pip, uv and conda themselves afterwards which index they use.")
 @option("--json", "as_json", is_flag=True, help="Print what was (or would be) changed as versioned JSON.")

@@ -66,11 +66,16 @@ def command(nodes: int, tasks_per_node: int, gpus_per_task: int, cpus_per_task: 
     from tfdist.output import check_output, write_output
     from tfdist.quote import shell
 
-    if not Path(script).is_file():
+    try:
+        script_found = Path(script).is_file()
+    except OSError:  # a name too long for the file system (is_file only hides "not found")
+        script_found = False
+    if not script_found:
         from tfdist.errors import UsageError
+        from tfdist.validate import shown
 
-        raise UsageError(f"SCRIPT {script} does not exist here", hint="give its path as seen from the folder you run "
-                         "sbatch in, which becomes the job's working folder", reference="slurm-no-script")
+        raise UsageError(f"SCRIPT {shown(script)} does not exist here", hint="give its path as seen from the folder "
+                         "you run sbatch in, which becomes the job's working folder", reference="slurm-no-script")
     name = job_name or re.sub(r"[^A-Za-z0-9._-]", "-", Path(script).stem)[:64] or "tfdist"
     spec = SlurmJobSpec(
         script=script, args=tuple(args), nodes=nodes, tasks_per_node=tasks_per_node, job_name=name,

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from tfdist.cli.common import option
+from tfdist.cli.common import PathText, option
 
 READY_TIMEOUT_S = 120.0
 
@@ -42,7 +42,8 @@ def _wait_ready(process: subprocess.Popen[Any], url: str) -> bool:
 
 
 @click.command(name="tensorboard")
-@option("--logdir", required=True, help="The job's TensorBoard directory (the chief writes there).")
+@option("--logdir", required=True, type=PathText(file_okay=False),
+        help="The job's TensorBoard directory (the chief writes there).")
 @option("--port", type=click.IntRange(1, 65535), default=6006, show_default=True, help="Port to serve on.")
 @option("--host", default="127.0.0.1", show_default=True,
         help="Address to bind; 0.0.0.0 makes it reachable from other machines.")
@@ -55,7 +56,9 @@ def command(logdir: str, port: int, host: str, dry_run: bool) -> int:
     from pathlib import Path
 
     from tfdist.errors import TfdistError, UsageError
+    from tfdist.validate import host as check_host
 
+    check_host(host, "--host")
     if "://" not in logdir and not Path(logdir).is_dir():  # gs://, s3://... are TensorBoard's to check
         raise UsageError(f"--logdir {logdir} is not a folder" + (" (it is a file)" if Path(logdir).exists() else ""),
                          hint="give the job's TensorBoard folder (MODEL_DIR/logs, which the chief creates "

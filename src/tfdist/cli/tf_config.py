@@ -33,9 +33,11 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
     """
     from tfdist.errors import TfdistError, UsageError
     from tfdist.cluster import detect_source, resolve_tf_config
+    from tfdist.validate import shown
 
     if command and not do_exec:
-        raise UsageError(f"unexpected argument {command[0]!r}", hint="tfdist tf-config takes no arguments")
+        raise UsageError(f"unexpected argument {shown(command[0])}",
+                         hint="tfdist tf-config takes no arguments (run a command with --exec -- COMMAND)")
     if do_exec:
         if not command:
             raise UsageError("--exec needs a command after --", hint="tfdist tf-config --exec -- python train.py")
@@ -59,9 +61,13 @@ def _exec(argv: list[str], source: str) -> int:
     """Replace this process with ``argv``, its environment completed by :func:`task_environment`."""
     from tfdist.cluster import task_environment
     from tfdist.compat.keras import tf_keras_available
-    from tfdist.errors import TfdistError
+    from tfdist.errors import TfdistError, UsageError
     from tfdist.launch.slurm_metrics import metrics_environment, resolve_host
+    from tfdist.validate import shown
 
+    bad = next((word for word in argv if "\0" in word), None)
+    if bad is not None:  # no program can receive it; execvpe would raise ValueError
+        raise UsageError(f"COMMAND word {shown(bad)} contains a NUL character", hint="remove it")
     env = task_environment(os.environ, source, legacy_keras_available=tf_keras_available())
     env.update(metrics_environment(env, resolve_host))  # Slurm: each task its own port (base + SLURM_LOCALID)
     sys.stdout.flush()
@@ -69,6 +75,6 @@ def _exec(argv: list[str], source: str) -> int:
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as failed:
-        raise TfdistError(f"cannot run {argv[0]!r}: {failed.strerror}",
+        raise TfdistError(f"cannot run {shown(argv[0])}: {failed.strerror}",
                           hint="check the command after -- (is it installed on this node?)") from None
     return 1  # not reached: exec replaced the process

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from tfdist import quote
+
 # Re-exported: callers (docker, the CLI, tests) know the lock by this module; the target is defined there.
 from tfdist.deploy.lock_target import (  # noqa: F401
     DEFAULT_PYTHON,
@@ -88,7 +90,7 @@ def read_extra_requirements(paths: Sequence[Path]) -> list[str]:
         except OSError as failure:
             raise UsageError(f"cannot read {path}: {failure.strerror}", hint="check the -r path") from None
         for number, raw in enumerate(text.splitlines(), start=1):
-            line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+            line = re.sub(r"(^|\s)#.*", "", raw).strip()
             if not line:
                 continue
             if line.startswith("-"):
@@ -101,8 +103,9 @@ def read_extra_requirements(paths: Sequence[Path]) -> list[str]:
     return lines
 
 
-def command_line(spec: LockSpec, output: str = "requirements.lock") -> str:
-    """The ``tfdist lock`` command that reproduces a lock (no mirror: the result does not depend on it)."""
+def command_line(spec: LockSpec, output: str = "requirements.lock", *, force: bool = False) -> str:
+    """The ``tfdist lock`` command that reproduces a lock (no mirror: the result does not depend on it), each word
+    shell-quoted; ``force`` adds ``--force`` (the header's command replaces the lock it is written in)."""
     words = ["tfdist", "lock", "--tf", spec.tf, f"--{spec.flavour}", "--python", spec.python,
              "--platform", spec.platform, "--glibc", spec.glibc]
     for path in spec.extra_requirements:
@@ -111,7 +114,7 @@ def command_line(spec: LockSpec, output: str = "requirements.lock") -> str:
         words += ["--tfdist-wheel", Path(spec.tfdist_wheel).name]
     elif not spec.include_tfdist:
         words.append("--no-tfdist")
-    return " ".join(words + ["-o", output])
+    return quote.shell_words(words + ["-o", output] + (["--force"] if force else []), "--output")
 
 
 def render_header(spec: LockSpec, output: str = "requirements.lock") -> str:
@@ -121,11 +124,11 @@ def render_header(spec: LockSpec, output: str = "requirements.lock") -> str:
     if spec.tfdist_wheel is not None:
         info["tfdist_wheel"] = Path(spec.tfdist_wheel).name
     lines = [
-        f"# {output}: written by tfdist; regenerate instead of editing:",
-        f"#   {command_line(spec, output)}",
+        f"# {quote.comment(output, '--output')}: written by tfdist; regenerate instead of editing:",
+        f"#   {quote.comment(command_line(spec, output, force=True), '--output')}",
         f"# Target: TensorFlow {spec.tf} ({spec.flavour}), CPython {spec.python}, {spec.uv_platform}.",
-        f"# Install: pip install --require-hashes -r {output}"
-        + (f"  (from this folder, next to {Path(spec.tfdist_wheel).name})" if spec.tfdist_wheel else ""),
+        f"# Install: pip install --require-hashes -r {quote.shell(output, '--output')}"
+        + (f"  (from this folder, next to {quote.shell(Path(spec.tfdist_wheel).name)})" if spec.tfdist_wheel else ""),
     ]
     lines.append(HEADER_MARK + json.dumps(info, sort_keys=True))
     return "\n".join(lines) + "\n"

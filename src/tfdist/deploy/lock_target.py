@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from tfdist import validate
 from tfdist.errors import TfdistError, UsageError
 
 Flavour = Literal["gpu", "cpu"]
@@ -48,6 +49,12 @@ class LockSpec:
     extra_requirements: tuple[Path, ...] = ()
     tfdist_wheel: Path | None = None
     include_tfdist: bool = True
+
+    def __post_init__(self) -> None:
+        # Both land in the lock's header comment, uv's arguments and (read back) a Dockerfile: full-match only.
+        # packaging's Version would accept "3.12\n" (it strips white space), so the rule comes first.
+        validate.version(self.tf, "--tf")
+        validate.version(self.python, "--python")
 
     @property
     def uv_platform(self) -> str:
@@ -177,7 +184,8 @@ def mirror_index(name: str) -> str:
     try:
         chosen = get_mirror(name)
     except UsageError:
-        raise UsageError(f"unknown mirror {name!r}", hint="known mirrors: " + ", ".join(load_catalog()),
+        raise UsageError(f"unknown mirror {validate.shown(name)}",
+                         hint="known mirrors: " + ", ".join(load_catalog()),
                          reference="mirror-unknown") from None
     if not chosen.pip_index:
         raise UsageError(f"mirror {name!r} has no PyPI index", hint="pick another with tfdist mirror list")

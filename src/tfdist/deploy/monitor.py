@@ -25,14 +25,20 @@ from typing import Any
 import yaml
 
 from tfdist.cluster.address import format_address
+from tfdist import quote, validate
 from tfdist.errors import UsageError
+from tfdist.validate import shown
 
 TARGETS = ("local", "slurm", "k8s")
 # Full matches only (re.fullmatch): "$" would also accept a trailing newline.
 _DURATION = re.compile(r"[0-9]+(ms|s|m|h)")
 _REQUIREMENT = r"!?[A-Za-z0-9./_-]+((=|==|!=)[A-Za-z0-9._-]*)?"  # key, !key, key=value, key!=value
 _LABEL_SELECTOR = re.compile(rf"{_REQUIREMENT}(,{_REQUIREMENT})*")
-_JOB = re.compile(r"[A-Za-z0-9_.:-]+")
+_JOB = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+# Prometheus' file_sd path rule (discovery/file patFileSDName) without its '*' glob: tfdist writes this very file.
+_FILE_SD_NAME = re.compile(r"[^*]*\.(?:json|yml|yaml|JSON|YML|YAML)")
+# Grafana's dashboard uid rule (util.IsValidShortUID and MaxUIDLength).
+_GRAFANA_UID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
 @dataclass(frozen=True)
@@ -71,11 +77,21 @@ class ScrapeSpec:
         """Raise :class:`UsageError` naming the flag that is wrong."""
         if self.target not in TARGETS:
             raise UsageError(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
-        if not _JOB.fullmatch(self.job):
-            raise UsageError(f"--job {self.job!r} has characters a Prometheus job name cannot carry",
-                             hint="use letters, digits, '-', '_' or '.'")
+        check_job(self.job)
         if not _DURATION.fullmatch(self.interval):
-            raise UsageError(f"--interval {self.interval!r} is not a Prometheus duration", hint="e.g. 15s or 1m")
+            raise UsageError(f"--interval {shown(self.interval)} is not a Prometheus duration", hint="e.g. 15s or 1m")
+        validate.host(self.host, "--host")
+        for node in self.nodes:
+            validate.host(node, "--nodes")
+        validate.path_text(self.targets_file, "--targets-file")
+        if not _FILE_SD_NAME.fullmatch(self.targets_file):
+            raise UsageError(f"--targets-file {shown(self.targets_file)} is not a name Prometheus' file discovery "
+                             "reads", hint="end it in .json and leave out '*'")
+        validate.dns_label(self.namespace, "--namespace")
+        # A container port name is an IANA service name: a DNS label of at most 15 with at least one letter.
+        validate.dns_label(self.port_name, "--port-name", max_length=15)
+        if not any(char.isalpha() for char in self.port_name):
+            raise UsageError(f"--port-name {shown(self.port_name)} has no letter", hint="e.g. metrics")
         if self.tasks < 1:
             raise UsageError(f"--tasks must be at least 1, not {self.tasks}")
         for flag, port in (("--port", self.port), ("--launcher-port", self.launcher_port)):
@@ -87,8 +103,16 @@ class ScrapeSpec:
             raise UsageError("--target slurm needs the job's nodes",
                              hint="pass --nodes 'node[1-4]' or run inside the allocation (SLURM_JOB_NODELIST)")
         if self.selector and not _LABEL_SELECTOR.fullmatch(self.selector):
-            raise UsageError(f"--selector {self.selector!r} is not a Kubernetes label selector",
+            raise UsageError(f"--selector {shown(self.selector)} is not a Kubernetes label selector",
                              hint="e.g. tfdist.io/job=mnist")
+
+
+def check_job(job: str) -> str:
+    """The training job's name: it names the scrape job and selects series, so Prometheus label-value safe."""
+    if not _JOB.fullmatch(job):
+        raise UsageError(f"--job {shown(job)} is not 1-128 letters, digits, '-', '_', '.' or ':'",
+                         hint="use the name given to tfdist launch --job-name")
+    return job
 
 
 def k8s_selector(job: str) -> str:
@@ -144,7 +168,7 @@ def scrape_config(spec: ScrapeSpec) -> dict[str, Any]:
 def render_scrape_config(spec: ScrapeSpec) -> str:
     """:func:`scrape_config` as YAML with a header saying how it was made."""
     body = yaml.safe_dump(scrape_config(spec), sort_keys=False, default_flow_style=False)
-    header = (f"# Prometheus configuration for tfdist job {spec.job!r} ({spec.target}), written by "
+    header = (f"# Prometheus configuration for tfdist job '{quote.comment(spec.job)}' ({spec.target}), written by "
               "`tfdist monitor scrape-config`.\n"
               "# honor_labels keeps the training job's own `job` label on its series.\n")
     return header + body
@@ -184,6 +208,13 @@ def dashboard(*, title: str | None = None, uid: str | None = None, job: str | No
         uid: dashboard uid, stable across imports so re-importing replaces it.
         job: preselect this training job in the ``$job`` variable (default: all).
     """
+    if title is not None:
+        validate.one_line(title, "--title")
+    if uid is not None and not _GRAFANA_UID.fullmatch(uid):
+        raise UsageError(f"--uid {shown(uid)} is not a Grafana dashboard uid",
+                         hint="use 1-40 letters, digits, '-' or '_'")
+    if job is not None:
+        check_job(job)
     spec = copy.deepcopy(dashboard_spec())
     panels: list[dict[str, Any]] = []
     next_id = 1

@@ -1,8 +1,8 @@
 """Files tfdist writes into a user's folder: a new project (``tfdist init``) and copies of the shipped examples.
 
-Nothing here replaces an existing file unless asked to: ``init`` keeps every file that is already there and says so,
-and :func:`write_new` refuses an existing target without ``force``. Writes are atomic (a temporary file renamed
-into place), so an interrupted run leaves either the old file or the new one.
+Nothing here replaces an existing file: ``init`` keeps every file that is already there and says so. Writing goes
+through :func:`tfdist.output.write_output` (atomic, the folder checked), like every other generated file; ``tfdist
+example -o`` calls it directly.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 from string import Template
 
 from tfdist.errors import UsageError
-from tfdist.mirror.fileio import atomic_write
+from tfdist.output import write_output
+from tfdist.validate import shown
 
 # Template in deploy/templates/init -> file written in the project folder.
 PROJECT_FILES: dict[str, str] = {
@@ -33,21 +34,6 @@ class Written:
     status: str
 
 
-def write_new(path: Path, text: str, *, force: bool = False, flag: str = "--output") -> None:
-    """Write ``text`` to a file that must not exist yet (or may be replaced with ``force``).
-
-    Raises:
-        UsageError: the file exists (without ``force``), is a folder, or its folder is missing.
-    """
-    if path.is_dir():
-        raise UsageError(f"{flag} {path} is a folder", hint="give a file name")
-    if not path.parent.is_dir():
-        raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist", hint="create it first")
-    if path.exists() and not force:
-        raise UsageError(f"{flag} {path} exists; it was left untouched", hint="pass --force to replace it")
-    atomic_write(path, text.encode("utf-8"))
-
-
 def project_name(folder: Path, name: str | None) -> str:
     """The project's name: ``name`` or the folder's, checked (it lands in Python, TOML and Markdown text).
 
@@ -56,8 +42,9 @@ def project_name(folder: Path, name: str | None) -> str:
     """
     chosen = name if name is not None else folder.resolve().name
     if not _PROJECT_NAME.fullmatch(chosen):
-        raise UsageError(f"project name {chosen!r} is not a letter followed by letters, digits, '_' or '-'",
-                         hint="pass --name NAME")
+        given = f"--name {shown(chosen)}" if name is not None else f"the project name {shown(chosen)} (FOLDER's name)"
+        raise UsageError(f"{given} is not a letter followed by at most 63 letters, digits, '_' or '-'",
+                         hint="pass --name NAME", reference="invalid-value")
     return chosen
 
 
@@ -77,6 +64,6 @@ def init_project(folder: Path, name: str) -> list[Written]:
         if path.exists() or path.is_symlink():
             results.append(Written(path, "kept"))
             continue
-        atomic_write(path, text.encode("utf-8"))
+        write_output(path, text, force=False, flag="FOLDER")
         results.append(Written(path, "written"))
     return results

@@ -13,13 +13,13 @@ from tfdist.doctor.facts import ActivationScript, CondaFacts, CondaPackage
 from tfdist.doctor.roots import ProbeRoots
 
 # `export LD_LIBRARY_PATH=...` or `LD_LIBRARY_PATH=...` (an assignment, not a mere mention).
-_LD_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)$")
+_LD_ASSIGNMENT = re.compile(r"\s*(?:export\s+)?LD_LIBRARY_PATH=(.*)")
 # The variable's own previous value in its usual spellings: $LD_LIBRARY_PATH, ${LD_LIBRARY_PATH},
 # ${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}} and ${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}.
 _SELF_REFERENCE = re.compile(
     r"\$\{LD_LIBRARY_PATH:[-+]:?(?:\$\{LD_LIBRARY_PATH\}|\$LD_LIBRARY_PATH)\}|\$\{?LD_LIBRARY_PATH\}?"
 )
-_SUBDIR = re.compile(r"^(noarch|(linux|osx|win|emscripten|wasi|zos)-\w+)$")
+_SUBDIR = re.compile(r"noarch|(?:linux|osx|win|emscripten|wasi|zos)-[a-z0-9_]+")
 
 
 def conda_prefix(roots: ProbeRoots) -> Path | None:
@@ -36,7 +36,7 @@ def _channel(record: dict[str, object]) -> str:
     # "conda-forge", or a channel URL ending in ".../<channel>/<subdir>": keep the channel's own name.
     raw = str(record.get("schannel") or record.get("channel") or "")
     parts = [p for p in raw.rstrip("/").split("/") if p]
-    if len(parts) >= 2 and _SUBDIR.match(parts[-1]):
+    if len(parts) >= 2 and _SUBDIR.fullmatch(parts[-1]):
         return parts[-2]
     return parts[-1] if parts else ""
 
@@ -114,7 +114,7 @@ def read_activation_scripts(prefix: Path, env: dict[str, str]) -> tuple[Activati
             continue
         lines, folders = [], []
         for line in text.splitlines():
-            match = _LD_ASSIGNMENT.match(line)
+            match = _LD_ASSIGNMENT.fullmatch(line)
             if match:
                 lines.append(line.strip())
                 folders += _expand(match.group(1), prefix, env)

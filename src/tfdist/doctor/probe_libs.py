@@ -15,7 +15,7 @@ from tfdist.doctor.elf import read_soname
 from tfdist.doctor.facts import CondaFacts
 from tfdist.doctor.owners import attribute_owners
 
-_LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
+_LDCONFIG_LINE = re.compile(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*")
 
 
 def _prefixes() -> tuple[str, ...]:
@@ -61,7 +61,7 @@ def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str
     foreign = "x86-64" if roots.machine == "x86_64" else None
     found = []
     for line in done.stdout.splitlines():
-        match = _LDCONFIG_LINE.match(line)
+        match = _LDCONFIG_LINE.fullmatch(line)
         if not match:
             continue
         name, flags, target = match.groups()
@@ -125,8 +125,8 @@ def probe_libraries(
 
     # CUDA 13 wheels (no -cuNN suffix) share one folder, nvidia/cu13/lib: each file's dist comes from its name.
     components = {d: pip_component(d) for d in nvidia_wheels}
-    suffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and re.search(r"-cu\d+$", d)}
-    unsuffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and not re.search(r"-cu\d+$", d)}
+    suffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and re.search(r"-cu[0-9]+\Z", d)}
+    unsuffixed = {c: (d, nvidia_wheels[d]) for d, c in components.items() if c and not re.search(r"-cu[0-9]+\Z", d)}
     by_component = {**unsuffixed, **suffixed}
     pip_ptxas = None
     for site in roots.site_dirs:

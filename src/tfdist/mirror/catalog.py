@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 from tfdist.errors import UsageError
 from tfdist.mirror.urls import check_url
+from tfdist.validate import shown
 
 OFFICIAL = "official"
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
@@ -157,7 +158,7 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
     Raises:
         UsageError: the name is unknown; the message lists the known names.
     """
-    key = name.strip().lower()
+    key = name.lower()  # exact apart from case: " tuna\n" is not a name (it would be printed back as typed)
     if extra and key in extra:
         return extra[key]
     catalog = load_catalog()
@@ -168,7 +169,7 @@ def get_mirror(name: str, extra: dict[str, Mirror] | None = None) -> Mirror:
             return mirror
     known = ", ".join([*catalog, *(extra or {})])
     raise UsageError(
-        f"unknown mirror {name!r}",
+        f"unknown mirror {shown(name)}",
         hint=f"known mirrors: {known}; or add one with --url NAME=URL",
         reference="mirror-unknown",
     )

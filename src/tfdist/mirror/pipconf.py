@@ -16,7 +16,7 @@ from tfdist.errors import ConfigFileError
 from tfdist.mirror.urls import trusted_host
 
 _SECTION = re.compile(r"\[(?P<header>.+)\]")  # configparser.RawConfigParser.SECTCRE
-_OPTION = re.compile(r"(?P<option>.*?)\s*(?P<vi>[=:])\s*(?P<value>.*)$")  # configparser.OPTCRE, anchored
+_OPTION = re.compile(r"(?P<option>.*?)\s*(?P<vi>[=:])\s*(?P<value>.*)")  # configparser.OPTCRE (fullmatch)
 
 
 def normalize_key(name: str) -> str:
@@ -77,7 +77,7 @@ def _classify(text: str) -> list[_Line]:
             section, key = header.group("header"), None
             lines.append(_Line("section", raw, section))
             continue
-        option = _OPTION.match(stripped)
+        option = _OPTION.fullmatch(stripped)
         key = normalize_key(option.group("option")) if option else None
         lines.append(_Line("option", raw, section, key))
     return lines
