@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from tfdist.cli.common import option
+from tfdist.cli.common import PathText, option
 from tfdist.constants import TASK_ENVIRONMENT
 from tfdist.errors import UsageError
 from tfdist.status import ExitStatus
@@ -29,7 +29,7 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         help="Seconds after which a restart no longer counts against --max-restarts (0: never).")
 @option("--backoff", type=click.FloatRange(0), default=1.0, show_default=True,
         help="Seconds before the first restart; doubles each time (capped at 30 s).")
-@option("--log-dir", type=click.Path(file_okay=False), help="One log file per task and attempt here.")
+@option("--log-dir", type=PathText(file_okay=False), help="One log file per task and attempt here.")
 @option("--tee", is_flag=True, help="With --log-dir, also print task output here.")
 @option("--port-base", type=click.IntRange(1, 65535), help="Use consecutive ports from here (default: free ports).")
 @option("--host", default="127.0.0.1", show_default=True, help="Address the tasks listen on.")
