@@ -119,6 +119,16 @@ class Machines:
             found += [int(p) for p in out.split()]
         return found
 
+    def sshd_pids(self) -> list[int]:
+        """The sshd daemons (the machines' own services, not the job's), found by their pid files."""
+        pids = []
+        for path in self.ssh_dir.glob("sshd-*.pid") if self.ssh else []:
+            try:
+                pids.append(int(path.read_text().split()[0]))
+            except (OSError, ValueError, IndexError):
+                pass
+        return pids
+
     def close(self) -> None:
         """Kill everything running in the namespaces, delete them and the work folder. Safe to call twice."""
         for proc in self._sshd.values():
