@@ -59,6 +59,8 @@ class Machines:
     prefix: str = field(default_factory=lambda: f"tfd{secrets.token_hex(3)}")
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tfdist-netns-")))
     ssh: bool = False
+    # machine -> {path as that machine sees it: this host's file or folder}, for everything ssh starts there.
+    sshd_mounts: dict[int, dict[str, str]] = field(default_factory=dict)
     _sshd: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     # -- names ---------------------------------------------------------------------------------------------------
@@ -188,8 +190,9 @@ class Machines:
                 f"AuthorizedKeysFile {keys / 'id_test.pub'}\nPermitRootLogin prohibit-password\n"
                 "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                 f"PidFile {keys / f'sshd-{i}.pid'}\nAcceptEnv none\nPrintMotd no\n")
-            self._sshd[i] = subprocess.Popen(["ip", "netns", "exec", self.ns(i), SSHD, "-D", "-e", "-f",
-                                              str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            argv = [SSHD, "-D", "-e", "-f", str(config)]
+            self._sshd[i] = subprocess.Popen(self.command(i, argv, private_dirs=self.sshd_mounts.get(i)),
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i in range(1, self.count + 1):
             self._wait_for_port(i, 22)
 
@@ -206,13 +209,14 @@ class Machines:
     # -- running things as a machine ---------------------------------------------------------------------------
     def command(self, i: int, argv: list[str], *, private_dirs: dict[str, str] | None = None) -> list[str]:
         """``argv`` run as machine ``i``: in its network namespace, in a private mount namespace that gives ssh the
-        test's client config and bind-mounts ``private_dirs`` (target path -> this machine's own folder)."""
+        test's client config and bind-mounts ``private_dirs`` (target path -> this machine's own folder or file)."""
         mounts = []
         if self.ssh:
             mounts.append((str(self.ssh_dir / "client.d"), "/etc/ssh/ssh_config.d"))
         for target, source in (private_dirs or {}).items():
-            os.makedirs(source, exist_ok=True)
-            os.makedirs(target, exist_ok=True)
+            if not os.path.isfile(source):  # a folder (made if missing); a file is mounted over a file
+                os.makedirs(source, exist_ok=True)
+                os.makedirs(target, exist_ok=True)
             mounts.append((source, target))
         wrapped = ["ip", "netns", "exec", self.ns(i)]
         if not mounts:
