@@ -99,3 +99,29 @@ def test_a_machine_that_comes_back_is_taken_in_with_no_step_lost(tmp_path):
         assert set(task_values(text, "world_size").values()) == {"3"}
         assert set(task_values(text, "train_steps").values()) == {str(TOTAL_STEPS)}
     assert machines.existing() == []
+
+
+def test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup(tmp_path):
+    model = str(tmp_path / "model")
+    with Machines(3) as machines:
+        agents = []
+        for i in (1, 2, 3):
+            args = rendezvous_args(machines, "2:3", 1, model, "--log-dir", str(tmp_path / f"logs{i}"), "--node-rank",
+                                   str(i - 1), "--checkpoint-dir", model) + SLOW_STEPS
+            agents.append(Agent(machines, i, args, tmp_path, private_dirs={model: str(tmp_path / f"own{i}")}).start())
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 25, agents)
+        os.kill(agents[1].proc.pid, signal.SIGKILL)
+        codes = [agents[0].wait(), agents[2].wait()]
+        text = all_output([agents[0], agents[2]])
+        assert codes == [0, 0], text[-4000:]
+        assert "checkpoint directory: not shared" in agents[0].err
+        copied = re.search(r"restored backup (ckpt-\d+) from 198\.18\.0\.1 \(\d+ files, SHA-256 checked\)",
+                           agents[2].err)
+        assert copied, agents[2].err[-3000:]
+        resumed = re.search(r"resumed_from_step=(\d+) world_size=2", text)
+        assert resumed and int(resumed.group(1)) >= 5
+        checksums = task_values(text, "weights_checksum")
+        assert len(checksums) == 2 and len(set(checksums.values())) == 1  # both resumed from the same state
+        assert set(task_values(text, "train_steps").values()) == {str(TOTAL_STEPS)}
+        assert not (tmp_path / "model" / "backup").exists()  # each machine wrote only into its own folder
+    assert machines.existing() == []

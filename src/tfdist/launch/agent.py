@@ -77,6 +77,7 @@ class Agent:
         self._last_heard = time.monotonic()
         self._signal: int | None = None
         self.address = ""
+        self._deferred: dict[str, Any] | None = None
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
 
@@ -218,7 +219,7 @@ class Agent:
         assert self._channel is not None
         stopped_by_signal = False
         while True:
-            message = self._next_message(timeout=0.05)
+            message, self._deferred = self._deferred or self._next_message(timeout=0.05), None
             if message is not None:
                 kind = message["type"]
                 if kind == "round":
@@ -259,8 +260,13 @@ class Agent:
         self.node_rank = int(message["node_rank"])
         restore = message.get("restore")
         if restore and self.backups is not None:
-            if not self.backups.await_restore(restore, self._next_message, self.say):
+            restored, other = self.backups.await_restore(restore, lambda: self._next_message(0.5), self.say)
+            if other is not None:  # the round was stopped before it started here
+                self._deferred = other
+                return
+            if not restored:
                 self._report_exit("failed", None, "the latest backup could not be copied here")
+                self._ready(self.address)
                 return
         self.group = LocalGroup(
             command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),

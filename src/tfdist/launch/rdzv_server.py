@@ -33,7 +33,7 @@ class RendezvousServer:
         self.address = self._listener.getsockname()[:2]
         self.finished = threading.Event()
         self.result: Finish | None = None
-        self.relay = BackupRelay(self._send)
+        self.relay = BackupRelay(self._send, say)
         self._threads: list[threading.Thread] = []
         self.round_started_at: dict[int, float] = {}
 
@@ -167,6 +167,7 @@ class RendezvousServer:
                                  world_size=action.world_size, workers=list(action.workers),
                                  first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
                                  restore=restore.get(assignment.node_id))
+            self.relay.request_upload(action.round)
         elif isinstance(action, Stop):
             for node_id in action.node_ids:
                 channel = channels.get(node_id)
