@@ -8,14 +8,14 @@ steps, one segment per side per round, the order rotated every round, all in one
 shared machine hits every side alike. Sides:
 
 - off: no callbacks;
-- metrics+healthz: ``keras_callback`` into ``TrainingMetrics`` (host collector, NVML where a GPU is present)
+- metrics+healthz: the progress callback feeding ``TrainingMetrics`` (host collector, NVML where a GPU is present)
   serving ``/metrics`` and ``/healthz``, scraped once a second by a separate process (the server runs on every
   side; only this one feeds it);
-- tfdist scalars: the chief's ``tensorboard_callback`` (loss, throughput, step time every 10 s);
+- tfdist scalars: the progress callback feeding the chief's TensorBoard ``ScalarWriter`` (every 10 s);
 - keras_tensorboard: tfdist's epoch-only ``tf.keras`` TensorBoard (no batch hooks);
-- all on: the three together;
-- metrics + keras TB(50): the metrics callback next to ``tf.keras.callbacks.TensorBoard(update_freq=50)``, as
-  ``tfdist.runtime.callbacks()`` combines them today (tf-keras then runs TensorBoard's costly batch hooks).
+- heartbeat: the progress callback writing the launcher's heartbeat record (every 0.5 s);
+- runtime: all on: what ``tfdist.runtime.callbacks()`` adds: one progress callback feeding all three sinks, and the
+  epoch-only TensorBoard.
 
 Each segment is timed in steady state (from step 20 to its end, by a timer callback present on every side), in
 wall-clock steps per second and in the process's CPU seconds per step (which other processes on a busy machine
@@ -81,15 +81,17 @@ def in_process(args: argparse.Namespace) -> None:
     spec.loader.exec_module(digits)
     import tensorflow as tf
 
+    from tfdist.observability.labels import TaskLabels
     from tfdist.runtime import metrics as m
     from tfdist.runtime.gpu_metrics import nvml_collector
+    from tfdist.runtime.host_metrics import HostCollector
 
     batch = 32
     (x, y), _ = digits.load_digits(7)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=7).repeat().batch(batch).prefetch(2)
     model = digits.build_model(tf)
-    labels = m.TaskLabels("bench", "worker", 0, socket.gethostname())
-    collectors: list[Any] = [m.HostCollector(labels)]
+    labels = TaskLabels("bench", "worker", 0, socket.gethostname())
+    collectors: list[Any] = [HostCollector(labels)]
     gpu = nvml_collector(os.environ)
     if gpu is not None:
         collectors.append(gpu)
@@ -115,19 +117,30 @@ def in_process(args: argparse.Namespace) -> None:
             elif self.seen > WARM_STEPS:
                 self.end = (time.perf_counter(), time.process_time())
 
-    def keras_tensorboard(update_freq: Any) -> Callable[[], list[Any]]:
-        return lambda: [tf.keras.callbacks.TensorBoard(str(logs / f"keras-{update_freq}"), update_freq=update_freq,
-                                                       profile_batch=0, write_graph=False)]
+    from tfdist.runtime.progress import Progress, progress_callback
+    from tfdist.runtime.reporting import Heartbeat
+    from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard as epoch_tensorboard
+
+    heartbeat_file = str(logs / "heartbeat.json")
+
+    def progress(*, metrics_on: bool = False, scalars: bool = False, heartbeat: bool = False) -> list[Any]:
+        """The one progress callback, fanning out to the chosen sinks."""
+        return [progress_callback(Progress(
+            metrics=metrics if metrics_on else None, examples_per_step=batch,
+            scalars=ScalarWriter(str(logs / "tfdist"), examples_per_step=batch) if scalars else None,
+            heartbeat=Heartbeat(heartbeat_file) if heartbeat else None))]
 
     sides: dict[str, Callable[[], list[Any]]] = {
         "off": lambda: [],
-        "metrics+healthz": lambda: [m.keras_callback(metrics, examples_per_step=batch)],
-        "tfdist scalars": lambda: [m.tensorboard_callback(str(logs / "tfdist"), examples_per_step=batch, environ={})],
-        "keras_tensorboard": lambda: [m.keras_tensorboard(str(logs / "epoch"))],
+        "metrics+healthz": lambda: progress(metrics_on=True),
+        "tfdist scalars": lambda: progress(scalars=True),
+        "keras_tensorboard": lambda: [epoch_tensorboard(str(logs / "epoch"))],
+        "heartbeat": lambda: progress(heartbeat=True),
+        # What tfdist.runtime.callbacks() adds (without the fault-tolerance backup): one progress callback feeding
+        # all three sinks, and the epoch-only tf.keras TensorBoard.
+        "runtime: all on": lambda: [*progress(metrics_on=True, scalars=True, heartbeat=True),
+                                    epoch_tensorboard(str(logs / "epoch"))],
     }
-    sides["all on"] = lambda: [cb for name in list(sides)[1:4] for cb in sides[name]()]
-    # What tfdist.runtime.callbacks() adds today: tf.keras' TensorBoard with update_freq=50 next to the metrics.
-    sides["metrics + keras TB(50)"] = lambda: [*sides["metrics+healthz"](), *keras_tensorboard(50)()]
 
     def segment(make: Callable[[], list[Any]]) -> tuple[float, float, float]:
         timer = Timer()
@@ -259,7 +272,8 @@ def launches(args: argparse.Namespace) -> None:
 def micro(n: int = 200_000) -> None:
     """Per-call cost of ``step_done`` (cached label children) against an empty loop."""
     sys.path.insert(0, str(ROOT / "src"))
-    from tfdist.runtime.metrics import TaskLabels, TrainingMetrics
+    from tfdist.observability.labels import TaskLabels
+    from tfdist.runtime.metrics import TrainingMetrics
 
     metrics = TrainingMetrics(TaskLabels("bench", "worker", 0, "h"))
     started = time.perf_counter()

@@ -149,7 +149,7 @@ def test_launcher_metrics_count_restarts_and_task_states(tmp_path):
 
     from tfdist.launch.spec import LaunchSpec
     from tfdist.launch.supervisor import Supervisor
-    from tfdist.runtime.metrics import LauncherMetrics
+    from tfdist.launch.metrics import LauncherMetrics
 
     metrics = LauncherMetrics("unit-job")
     spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--fail", "worker:1:4",

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tfdist.launch.hostlist import expand_hostlist
+from tfdist.cluster.hostlist import expand_hostlist
 
 pytestmark = pytest.mark.slurm
 

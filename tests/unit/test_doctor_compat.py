@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.errors import UsageError
 
 

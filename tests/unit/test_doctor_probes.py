@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.pipconf import configured_index_url
 from tfdist.doctor.probe_libs import file_version, pip_component
 from tfdist.doctor.probe_nvidia import _HEADER_CUDA, _HEADER_DRIVER, kernel_module_version, parse_query
@@ -17,7 +17,7 @@ from tfdist.doctor.probe_packages import installed_distributions, parse_build_in
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
 from tfdist.doctor.roots import ProbeRoots
 from tfdist.doctor.verify import findings_from, match_log
-from tfdist.doctor.versions import at_least, minor_of, vtuple
+from tfdist.compat.versions import at_least, minor_of, vtuple
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "doctor"
 BODIES = json.loads((FIXTURES / "build_info_bodies.json").read_text(encoding="utf-8"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.hostfile import HostEntry, parse_hostfile, parse_hosts_flag, select_hosts
+from tfdist.cluster.hostfile import HostEntry, parse_hostfile, parse_hosts_flag, select_hosts
 
 GOOD_FILES = [
     ("a\nb\n", [HostEntry("a"), HostEntry("b")]),
@@ -21,7 +21,7 @@ BAD_FILES = [
     ("a\nb slots=2 slots=3\n", "line 2: slots given twice"),
     ("a gpus=2\n", "line 1: unknown setting 'gpus=2'"),
     ("a slots\n", "line 1: unknown setting 'slots'"),
-    ("a;reboot\n", "line 1: 'a;reboot' is not a host name"),
+    ("a;reboot\n", "line 1 holds 'a;reboot', which is not a host name"),
     ("$(id)\n", "is not a host name"),
     ("a\nb\na slots=2\n", "host a is listed twice"),
     ("-oProxyCommand=x\n", "is not a host name"),

@@ -13,7 +13,7 @@ import yaml
 
 from tfdist.deploy.k8s import K8sJobSpec, defaults, manifests, render_manifests
 from tfdist.errors import UsageError
-from tfdist.launch.resolve import resolve_tf_config
+from tfdist.cluster.resolve import resolve_tf_config
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "tests" / "golden" / "k8s" / "crd" / "kubeflow.org_tfjobs.crd.yaml"

@@ -6,6 +6,7 @@ import pytest
 
 from tfdist.errors import UsageError
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure, describe_exit, render_report
+from tfdist.launch.protocol import ErrorRecord
 from tfdist.launch.ports import free_ports, ports_from_base
 from tfdist.launch.preflight import keras_plan, resolve_command
 from tfdist.launch.spec import LaunchSpec
@@ -67,9 +68,9 @@ def test_env_pairs_keep_equals_in_values():
 def test_resolve_command(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("")
-    assert resolve_command([str(script), "--x"], module=False, no_python=False, python="py") == \
-        ("py", "-u", str(script), "--x")
-    assert resolve_command(["pkg.mod"], module=True, no_python=False, python="py") == ("py", "-u", "-m", "pkg.mod")
+    assert resolve_command([str(script), "--x"], module=False, no_python=False, python="py").argv() == \
+        ["py", "-u", str(script), "--x"]
+    assert resolve_command(["pkg.mod"], module=True, no_python=False, python="py").argv() == ["py", "-u", "-m", "pkg.mod"]
     with pytest.raises(UsageError, match="does not exist"):
         resolve_command([str(tmp_path / "nope.py")], module=False, no_python=False)
     with pytest.raises(UsageError, match="no training script"):
@@ -88,7 +89,7 @@ def test_describe_exit_names_signals():
 
 def test_report_leads_with_root_cause_and_lists_attempts():
     failure = TaskFailure(task="worker:1", pid=42, exit_code=1, log_path="/l/worker-1.log",
-                          error={"type": "ValueError", "message": "boom", "traceback": "Traceback...\nValueError: boom"})
+                          error=ErrorRecord(type="ValueError", message="boom", traceback="Traceback...\nValueError: boom"))
     result = LaunchResult(run_id="abc", log_dir="/l", attempts=[
         Attempt(0, Cause.HUNG, 3.0, failure=failure, step_reached=7, detail="no heartbeat for 2s"),
         Attempt(1, Cause.TASK_FAILED, 1.5, failure=failure),

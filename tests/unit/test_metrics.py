@@ -1,4 +1,5 @@
-"""Training and launcher metrics, /healthz rules and the HTTP endpoint (no TensorFlow, loopback only)."""
+"""Training and launcher metrics and /healthz rules (no TensorFlow, loopback only); the server's own rules are in
+test_observability_server.py."""
 from __future__ import annotations
 
 import json
@@ -12,9 +13,13 @@ import urllib.request
 import pytest
 
 from tfdist.errors import TfdistError, UsageError
+from tfdist.launch.metrics import LauncherMetrics
+from tfdist.observability import health as h
+from tfdist.observability.labels import TaskLabels
 from tfdist.runtime import metrics as m
+from tfdist.runtime.host_metrics import HostCollector
 
-LABELS = m.TaskLabels(job="mnist", task_type="worker", task_index=1, host="node-a")
+LABELS = TaskLabels(job="mnist", task_type="worker", task_index=1, host="node-a")
 SERIES = {"job": "mnist", "task_type": "worker", "task_index": "1", "host": "node-a"}
 
 
@@ -43,36 +48,36 @@ def clock() -> Clock:
 
 @pytest.fixture
 def training(clock: Clock):
-    metrics = m.TrainingMetrics(LABELS, health=m.HealthPolicy(stall_seconds=10, startup_seconds=60), clock=clock)
+    metrics = m.TrainingMetrics(LABELS, health=h.HealthPolicy(stall_seconds=10, startup_seconds=60), clock=clock)
     yield metrics
     metrics.close()
 
 
 def test_labels_from_launcher_environment() -> None:
     env = {"TFDIST_JOB_NAME": "mnist", "TFDIST_TASK_TYPE": "chief", "TFDIST_TASK_INDEX": "0"}
-    labels = m.TaskLabels.from_env(env)
+    labels = TaskLabels.from_env(env)
     assert (labels.job, labels.task_type, labels.task_index) == ("mnist", "chief", 0)
     assert labels.host == socket.gethostname()
 
 
 def test_labels_fall_back_to_tf_config_then_defaults() -> None:
     tf_config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}})
-    assert m.TaskLabels.from_env({"TF_CONFIG": tf_config}).values()[:3] == ("tfdist", "worker", "1")
-    assert m.TaskLabels.from_env({}).values()[:3] == ("tfdist", "worker", "0")
+    assert TaskLabels.from_env({"TF_CONFIG": tf_config}).values()[:3] == ("tfdist", "worker", "1")
+    assert TaskLabels.from_env({}).values()[:3] == ("tfdist", "worker", "0")
     with pytest.raises(UsageError, match="TFDIST_TASK_INDEX"):
-        m.TaskLabels.from_env({"TFDIST_TASK_TYPE": "worker", "TFDIST_TASK_INDEX": "one"})
+        TaskLabels.from_env({"TFDIST_TASK_TYPE": "worker", "TFDIST_TASK_INDEX": "one"})
 
 
 def test_health_policy_from_environment() -> None:
-    assert m.HealthPolicy.from_env({}) == m.HealthPolicy(m.DEFAULT_STALL_SECONDS, m.DEFAULT_STARTUP_SECONDS)
-    policy = m.HealthPolicy.from_env({m.HEALTH_STALL_SECONDS: "2.5"})
-    assert policy.stall_seconds == 2.5 and policy.startup_seconds == m.DEFAULT_STARTUP_SECONDS
+    assert h.HealthPolicy.from_env({}) == h.HealthPolicy(h.DEFAULT_STALL_SECONDS, h.DEFAULT_STARTUP_SECONDS)
+    policy = h.HealthPolicy.from_env({h.HEALTH_STALL_SECONDS: "2.5"})
+    assert policy.stall_seconds == 2.5 and policy.startup_seconds == h.DEFAULT_STARTUP_SECONDS
     # A stall threshold longer than the default grace stretches the grace with it.
-    assert m.HealthPolicy.from_env({m.HEALTH_STALL_SECONDS: "5000"}).startup_seconds == 5000
-    assert m.HealthPolicy.from_env({m.HEALTH_STARTUP_SECONDS: "30"}).startup_seconds == 30
+    assert h.HealthPolicy.from_env({h.HEALTH_STALL_SECONDS: "5000"}).startup_seconds == 5000
+    assert h.HealthPolicy.from_env({h.HEALTH_STARTUP_SECONDS: "30"}).startup_seconds == 30
     for bad in ("0", "-1", "soon"):
-        with pytest.raises(UsageError, match=m.HEALTH_STALL_SECONDS):
-            m.HealthPolicy.from_env({m.HEALTH_STALL_SECONDS: bad})
+        with pytest.raises(UsageError, match=h.HEALTH_STALL_SECONDS):
+            h.HealthPolicy.from_env({h.HEALTH_STALL_SECONDS: bad})
 
 
 def test_health_grace_before_first_step_then_stall_rule(training: m.TrainingMetrics, clock: Clock) -> None:
@@ -134,7 +139,7 @@ def test_checkpoint_saved(training: m.TrainingMetrics) -> None:
 
 
 def test_host_collector_reports_task_and_host() -> None:
-    metrics = m.TrainingMetrics(LABELS, collectors=[m.HostCollector(LABELS)])
+    metrics = m.TrainingMetrics(LABELS, collectors=[HostCollector(LABELS)])
     reg = metrics.registry
     assert reg.get_sample_value("tfdist_task_cpu_seconds_total", SERIES) > 0
     assert reg.get_sample_value("tfdist_task_resident_memory_bytes", SERIES) > 1024 * 1024
@@ -193,7 +198,7 @@ def test_start_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_launcher_metrics() -> None:
-    launcher = m.LauncherMetrics("mnist")
+    launcher = LauncherMetrics("mnist")
     try:
         launcher.set_task_state("worker", 0, "running")
         launcher.set_task_state("worker", 1, "running")
@@ -215,16 +220,6 @@ def test_launcher_metrics() -> None:
         launcher.close()
 
 
-def test_is_chief() -> None:
-    def cfg(task_type: str, index: int, chief: bool = False) -> dict[str, str]:
-        cluster = {"worker": ["a:1", "b:1"], **({"chief": ["c:1"]} if chief else {})}
-        return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})}
-
-    assert m.is_chief({})
-    assert m.is_chief(cfg("worker", 0)) and not m.is_chief(cfg("worker", 1))
-    assert m.is_chief(cfg("chief", 0)) and not m.is_chief(cfg("worker", 0, chief=True))
-
-
 @pytest.mark.prometheus
 def test_promtool_finds_the_exposition_clean(training: m.TrainingMetrics) -> None:
     promtool = shutil.which("promtool")
@@ -232,10 +227,10 @@ def test_promtool_finds_the_exposition_clean(training: m.TrainingMetrics) -> Non
         pytest.skip("promtool (Debian package prometheus, installed by .ci/system-deps.sh) is not installed")
     from prometheus_client import generate_latest
 
-    training.registry.register(m.HostCollector(LABELS))
+    training.registry.register(HostCollector(LABELS))
     training.step_done(32, 0.5, 0.02)
     training.checkpoint_saved(10, 1.0)
-    launcher = m.LauncherMetrics("mnist")
+    launcher = LauncherMetrics("mnist")
     launcher.set_task_state("worker", 0, "running")
     launcher.restart()
     for registry in (training.registry, launcher.registry):

@@ -13,7 +13,10 @@ import yaml
 from tests.fixtures.nvml.fake_nvml import FakeNvml
 from tfdist.deploy import monitor
 from tfdist.errors import UsageError
+from tfdist.launch.metrics import LauncherMetrics
+from tfdist.observability.labels import TaskLabels
 from tfdist.runtime import gpu_metrics, metrics
+from tfdist.runtime.host_metrics import HostCollector
 
 
 def _job(spec: monitor.ScrapeSpec) -> dict:
@@ -82,10 +85,10 @@ def test_rendered_yaml_round_trips() -> None:
 
 def _exported_names() -> set[str]:
     """Every series name the task, launcher and GPU collectors can expose (histograms with their suffixes)."""
-    labels = metrics.TaskLabels("j", "worker", 0, "h")
-    training = metrics.TrainingMetrics(labels, collectors=[metrics.HostCollector(labels),
+    labels = TaskLabels("j", "worker", 0, "h")
+    training = metrics.TrainingMetrics(labels, collectors=[HostCollector(labels),
                                                            gpu_metrics.NvmlCollector(FakeNvml())])
-    launcher = metrics.LauncherMetrics("j")
+    launcher = LauncherMetrics("j")
     launcher.set_task_state("worker", 0, "running")
     return {s.name for reg in (training.registry, launcher.registry) for fam in reg.collect() for s in fam.samples}
 

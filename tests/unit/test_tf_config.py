@@ -60,15 +60,23 @@ def test_impossible_layouts_are_usage_errors(bad):
 
 
 def test_plans_carry_identity_restart_count_and_user_env_wins():
-    spec = LaunchSpec(command=("python", "x.py"), workers=2, env=(("TFDIST_JOB_NAME", "mine"), ("A", "1")),
-                      metrics_port=9000)
-    plans = plan_tasks(spec, layout_for(spec, [1, 2]), run_id="r", attempt=3, log_dir="/logs", legacy_keras=True)
-    assert [p.env["TFDIST_TASK_INDEX"] for p in plans] == ["0", "1"]
-    assert all(p.env["TFDIST_RESTART_COUNT"] == "3" for p in plans)
-    assert all(p.env["TF_USE_LEGACY_KERAS"] == "1" for p in plans)
-    assert [p.env["TFDIST_METRICS_PORT"] for p in plans] == ["9000", "9001"]
-    assert plans[0].env["TFDIST_JOB_NAME"] == "mine" and plans[1].env["A"] == "1"
-    assert plans[1].env["TFDIST_ERROR_FILE"] == "/logs/worker-1.error.json"
+    spec = LaunchSpec(command=("python", "x.py"), workers=2, env=(("OMP_NUM_THREADS", "7"), ("A", "1")),
+                      metrics_port=9000, job_name="mine")
+    plans = [p.environment() for p in plan_tasks(spec, layout_for(spec, [1, 2]), run_id="r", attempt=3,
+                                                  log_dir="/logs", legacy_keras=True)]
+    assert [p["TFDIST_TASK_INDEX"] for p in plans] == ["0", "1"]
+    assert all(p["TFDIST_RESTART_COUNT"] == "3" for p in plans)
+    assert all(p["TF_USE_LEGACY_KERAS"] == "1" for p in plans)
+    assert [p["TFDIST_METRICS_PORT"] for p in plans] == ["9000", "9001"]
+    assert plans[0]["TFDIST_JOB_NAME"] == "mine" and plans[1]["A"] == "1"
+    assert plans[0]["OMP_NUM_THREADS"] == "7", "the user's --env wins over the launcher's defaults"
+    assert plans[1]["TFDIST_ERROR_FILE"] == "/logs/worker-1.error.json"
+
+
+def test_user_env_cannot_override_the_protocol():
+    spec = LaunchSpec(command=("python", "x.py"), workers=1, env=(("TFDIST_HEARTBEAT_FILE", "/x"),))
+    with pytest.raises(UsageError, match="--env TFDIST_HEARTBEAT_FILE"):
+        plan_tasks(spec, layout_for(spec, [1]), run_id="r", attempt=0, log_dir="/logs")
 
 
 @pytest.mark.slow

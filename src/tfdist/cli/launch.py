@@ -62,7 +62,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
     from tfdist.launch.preflight import keras_plan, resolve_command
-    from tfdist.launch.spec import LaunchSpec
+    from tfdist.launch.protocol import refuse_protected
+    from tfdist.launch.spec import LaunchSpec, Timeouts
     from tfdist.launch.taskenv import parse_env_pairs
 
     multi = {name: flags.pop(name) for name in MULTI_FLAGS}
@@ -80,8 +81,16 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
     # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
     flags["host"] = advertised_address(str(flags["host"]))
-    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python),
-                      env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
+    env = parse_env_pairs(env_pairs)
+    refuse_protected(name for name, _ in env)
+    timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
+    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
+                      timeouts=timeouts, **flags)  # type: ignore[arg-type]
+    if spec.metrics_port is not None:  # task i serves on metrics_port + i: all of them must be ports
+        from tfdist.cluster import check_port_range
+        from tfdist.launch.taskenv import count_tasks
+
+        check_port_range(spec.metrics_port, count_tasks(spec), "--metrics-port")
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
         return _dry_run(spec, legacy_keras)
@@ -91,7 +100,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     launcher_metrics = None
     if launcher_metrics_port is not None:
-        from tfdist.runtime.metrics import LauncherMetrics
+        from tfdist.launch.metrics import LauncherMetrics
 
         launcher_metrics = LauncherMetrics(spec.job_name)
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
@@ -114,6 +123,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
+    from tfdist.cluster import TfConfig
     from tfdist.launch.ports import free_ports, ports_from_base
     from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
@@ -123,11 +133,11 @@ def _dry_run(spec: object, legacy_keras: bool) -> int:
     plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",  # type: ignore[attr-defined,arg-type]
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
     for plan in plans:
-        print(f"[{plan.task}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(json.loads(plan.env['TF_CONFIG']), sort_keys=True)}")
-        for key, value in plan.env.items():
+        print(f"[{plan.name}] {plan.address}")
+        print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True)}")
+        for key, value in plan.environment().items():
             if key != "TF_CONFIG":
                 print(f"  {key}={value}")
-        print(f"  command: {shlex.join(plan.command)}")
+        print(f"  command: {shlex.join(plan.command.argv())}")
     print(f"dry run: {len(plans)} task(s) planned, none started")
     return ExitStatus.SUCCESS

@@ -19,7 +19,6 @@ MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes",
                "node_rank", "node_address", "node_name", "node_timeout", "rdzv_timeout", "rdzv_last_call",
                "checkpoint_dir", "agent_watch_stdin")
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
-_ENDPOINT = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?):([0-9]{1,5})")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_RDZV_PORT = 29400
 
@@ -75,10 +74,12 @@ def parse_nnodes(text: str) -> tuple[int, int]:
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    match = _ENDPOINT.fullmatch(text.strip()) or _ENDPOINT.fullmatch(f"{text.strip()}:{DEFAULT_RDZV_PORT}")
-    if not match or not 1 <= int(match.group(2)) <= 65535:
-        raise UsageError(f"--rdzv-endpoint {text!r} is not HOST[:PORT]", hint="e.g. --rdzv-endpoint node1:29400")
-    return match.group(1), int(match.group(2))
+    """``node1:29400`` -> ("node1", 29400); ``node1`` -> ("node1", 29400). Raises UsageError naming the flag."""
+    from tfdist.cluster import parse_address
+
+    text = text.strip()
+    has_port = text.rpartition(":")[2].isdigit() and (not text.startswith("[") or "]:" in text)
+    return parse_address(text if has_port else f"{text}:{DEFAULT_RDZV_PORT}", "--rdzv-endpoint")
 
 
 def job_id(text: str | None) -> str:
@@ -149,7 +150,7 @@ def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str
 def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[str, ...],
                   agent_args: tuple[str, ...]) -> int:
     from tfdist.launch.elastic import Settings
-    from tfdist.launch.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
+    from tfdist.cluster.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
     from tfdist.launch.ssh_driver import DriverSpec, run
 
     if multi["hostfile"]:

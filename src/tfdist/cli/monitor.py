@@ -89,7 +89,7 @@ def scrape_config_command(target: str, job: str, port: int, tasks: int, host: st
     node_list: tuple[str, ...] = ()
     sd_file = ""
     if target == "slurm":
-        from tfdist.launch.hostlist import expand_hostlist
+        from tfdist.cluster.hostlist import expand_hostlist
 
         nodes = nodes or os.environ.get("SLURM_JOB_NODELIST", "")
         node_list = tuple(expand_hostlist(nodes)) if nodes else ()

@@ -31,7 +31,7 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
         export TF_CONFIG="$(tfdist tf-config --from slurm)"
     """
     from tfdist.errors import TfdistError, UsageError
-    from tfdist.launch.resolve import detect_source, resolve_tf_config
+    from tfdist.cluster import detect_source, resolve_tf_config
 
     if command and not do_exec:
         raise UsageError(f"unexpected argument {command[0]!r}", hint="tfdist tf-config takes no arguments")
@@ -56,13 +56,11 @@ def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...])
 
 def _exec(argv: list[str], source: str) -> int:
     """Replace this process with ``argv``, its environment completed by :func:`task_environment`."""
-    import importlib.util
-
+    from tfdist.cluster import task_environment
+    from tfdist.compat.keras import tf_keras_available
     from tfdist.errors import TfdistError
-    from tfdist.launch.resolve import task_environment
 
-    has_tf_keras = importlib.util.find_spec("tf_keras") is not None
-    env = task_environment(os.environ, source, legacy_keras_available=has_tf_keras)
+    env = task_environment(os.environ, source, legacy_keras_available=tf_keras_available())
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -9,7 +9,7 @@ Three shapes, for three kinds of cluster:
   MultiWorkerMirroredStrategy needs: a restarted worker cannot rejoin a running collective.
 - ``indexed-job``: a plain Indexed Job plus a headless Service, for clusters with neither controller.
 
-In the last two the runtime derives TF_CONFIG from the completion index (:mod:`tfdist.launch.resolve`). Every
+In the last two the runtime derives TF_CONFIG from the completion index (:mod:`tfdist.cluster.resolve`). Every
 container starts through ``tfdist tf-config --exec``, serves ``/healthz`` and ``/metrics`` on the metrics port
 (probed by a startup and a liveness probe), and mounts one shared volume for checkpoints and TensorBoard logs.
 Shared values (ports, thresholds, paths) come from ``templates/k8s/defaults.yaml``.
@@ -26,7 +26,8 @@ import yaml
 
 from tfdist import __version__
 from tfdist.errors import UsageError
-from tfdist.launch import resolve as names
+from tfdist.cluster import TaskId, leader_of
+from tfdist.cluster import resolve as names
 
 KINDS = ("tfjob", "jobset", "indexed-job")
 TFJOB_REPLICA_KEYS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
@@ -285,7 +286,8 @@ def _indexed_job_spec(spec: K8sJobSpec, role: str | None, completions: int, *,
 
 def jobset(spec: K8sJobSpec) -> dict[str, Any]:
     """A JobSet (``jobset.x-k8s.io/v1alpha2``): one replicated Indexed Job per role."""
-    leader = "chief" if spec.chief else "worker"
+    # The JobSet succeeds when the leader's replicated job does (TFJob's success policy).
+    leader = leader_of(TaskId(role, 0) for role in spec.replicas()).type  # type: ignore[union-attr]
     replicated = [
         {"name": role, "replicas": 1,
          "template": {"spec": _indexed_job_spec(spec, role, count, backoff_limit=0, subdomain=None)}}

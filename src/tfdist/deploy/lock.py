@@ -107,7 +107,7 @@ class LockResult:
 
 def load_tf_build(tf: str) -> Any:
     """The compat data's build record for a TF version, or a :class:`UsageError` naming the known ones."""
-    from tfdist.doctor import compat
+    from tfdist.compat import tables as compat
 
     try:
         Version(tf)

@@ -95,7 +95,7 @@ def choose_driver(tf: str, driver: int | None = None) -> DriverChoice:
     from tfdist.deploy.lock import load_tf_build  # shared refusal wording for unknown versions
 
     build = load_tf_build(tf)
-    from tfdist.doctor import compat
+    from tfdist.compat import tables as compat
 
     if not build.cuda:
         raise UsageError(f"TensorFlow {tf} has no CUDA build in the compatibility data", hint="pick another --tf",

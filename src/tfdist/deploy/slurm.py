@@ -1,7 +1,7 @@
 """The sbatch script ``tfdist slurm`` writes (pure: a typed spec in, script text out).
 
 The script (template ``templates/slurm/job.sbatch``) starts every task with ``srun --kill-on-bad-exit=1`` through
-``tfdist tf-config --exec``, which resolves TF_CONFIG from Slurm's variables (see :mod:`tfdist.launch.resolve`),
+``tfdist tf-config --exec``, which resolves TF_CONFIG from Slurm's variables (see :mod:`tfdist.cluster.resolve`),
 retries a failed step up to ``max_restarts`` times, forwards Slurm's early SIGTERM for a graceful stop and requeues,
 and keeps one log per task and attempt.
 """

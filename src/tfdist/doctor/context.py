@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Facts, Library
-from tfdist.doctor.versions import minor_of, vtuple
+from tfdist.compat.versions import minor_of, vtuple
 from tfdist.errors import UsageError
 
 

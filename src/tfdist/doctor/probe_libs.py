@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Library, LibraryFacts
 from tfdist.doctor.roots import ProbeRoots
 

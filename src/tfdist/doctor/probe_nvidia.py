@@ -11,7 +11,7 @@ import re
 import subprocess
 from typing import Any
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import DriverFacts, Gpu, LibraryFacts
 from tfdist.doctor.probe_system import read_text
 from tfdist.doctor.roots import ProbeRoots

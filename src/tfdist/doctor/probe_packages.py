@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Distribution, TensorFlowFacts
 from tfdist.doctor.roots import ProbeRoots
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Facts
-from tfdist.doctor.versions import at_least, vtuple
+from tfdist.compat.versions import at_least, vtuple
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 
 _MARKER = "TFDIST-VERIFY "

@@ -28,6 +28,7 @@ from tfdist.launch.elastic import Settings
 from tfdist.launch.local_group import LocalGroup
 from tfdist.launch.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.ports import free_ports
+from tfdist.launch.protocol import Command
 from tfdist.launch.rdzv_server import RendezvousServer
 from tfdist.launch.rdzv_transfer import BackupStore
 from tfdist.status import ExitStatus
@@ -35,7 +36,7 @@ from tfdist.status import ExitStatus
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """What one machine's agent needs. ``command`` is the resolved task command (``python -u script ...``)."""
+    """What one machine's agent needs. ``command`` is what every local task runs."""
 
     job: str
     endpoint_host: str
@@ -43,7 +44,7 @@ class AgentSpec:
     min_nodes: int
     max_nodes: int
     slots: int
-    command: tuple[str, ...]
+    command: Command
     node_rank: int | None = None
     node_address: str | None = None
     node_name: str | None = None
@@ -121,7 +122,12 @@ class Agent:
         channel = P.Channel(sock)
         channel.send("join", job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
                      address=address, slots=self.spec.slots, versions=self.spec.versions)
-        answer = channel.receive()
+        try:
+            answer = channel.receive()
+        except (OSError, P.ProtocolError) as bad:
+            channel.close()
+            raise _Refused(f"{self.spec.endpoint_host}:{self.spec.endpoint_port} is not a tfdist rendezvous "
+                           f"({bad})", int(ExitStatus.USAGE)) from None
         if answer is None or answer["type"] == "refused":
             channel.close()
             reason = "the rendezvous closed the connection" if answer is None else answer["reason"]
@@ -273,7 +279,7 @@ class Agent:
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
-            world_size=int(message["world_size"]), grace_period=self.spec.grace_period)
+            grace_period=self.spec.grace_period)
         self.group.start()
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")

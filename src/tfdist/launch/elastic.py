@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tfdist.cluster.address import format_address
 from tfdist.status import ExitStatus
 
 
@@ -303,7 +304,7 @@ class ElasticPolicy:
         assignments = []
         for rank, node in enumerate(chosen):
             assignments.append(Assignment(node.node_id, rank, len(workers)))
-            workers += [f"{node.address}:{port}" for port in node.ports[: node.slots]]
+            workers += [format_address(node.address, port) for port in node.ports[: node.slots]]
             node.ready, node.in_round, node.training, node.outcome, node.step = False, True, False, None, None
         self.history.append(f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
                             + ", ".join(n.label for n in chosen))

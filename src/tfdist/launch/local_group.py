@@ -11,18 +11,13 @@ import os
 import signal
 from typing import Mapping
 
-from tfdist.launch.outcome import describe_exit, read_error_file, read_step
+from tfdist.launch.outcome import describe_exit
 from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
-from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE as PREEMPTED
+from tfdist.launch.protocol import Command, read_error, read_heartbeat
+from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.taskenv import plan_tasks
 from tfdist.launch.tf_config import ClusterLayout
-from tfdist.status import ExitStatus
-
-PREEMPTED = int(ExitStatus.PREEMPTED)
-# Peers of a failed or lost task cannot finish a collective: a short grace, then SIGKILL (as the supervisor does).
-FAILURE_GRACE_S = 0.5
-WORLD_SIZE = "TFDIST_WORLD_SIZE"
-NODE_RANK = "TFDIST_NODE_RANK"
 
 
 class NodeConsole(Console):
@@ -39,25 +34,21 @@ class NodeConsole(Console):
 class LocalGroup:
     """Workers ``first_index .. first_index + slots - 1`` of a ``world_size``-worker cluster, on this machine."""
 
-    def __init__(self, *, command: tuple[str, ...], workers: tuple[str, ...], first_index: int, slots: int,
+    def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
-                 max_restarts: int, world_size: int, grace_period: float,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 max_restarts: int, grace_period: float, base_env: Mapping[str, str] | None = None) -> None:
         self.node_rank = node_rank
         self.round = round_
         self.log_dir = log_dir
-        self.grace_period = grace_period
+        self.timeouts = Timeouts(grace=grace_period)
         self.base_env = dict(os.environ if base_env is None else base_env)
         spec = LaunchSpec(command=command, workers=len(workers), job_name=job, max_restarts=max_restarts,
-                          env=tuple(env.items()))
+                          env=tuple(env.items()), timeouts=self.timeouts)
         layout = ClusterLayout(worker=workers)
         indices = range(first_index, first_index + slots)
         plans = plan_tasks(spec, layout, run_id=f"{job}-r{round_}", attempt=round_, log_dir=log_dir,
-                           legacy_keras=legacy_keras)
-        self.plans = [p for p in plans if p.task.index in indices]
-        for plan in self.plans:
-            plan.env[WORLD_SIZE] = str(world_size)  # type: ignore[index]
-            plan.env[NODE_RANK] = str(node_rank)  # type: ignore[index]
+                           legacy_keras=legacy_keras, environ=self.base_env)
+        self.plans = [p for p in plans if p.task_index in indices]
         self.procs: list[TaskProcess] = []
         self.reported_training = False
         self.console = NodeConsole(node_rank)
@@ -66,7 +57,7 @@ class LocalGroup:
         os.makedirs(self.log_dir, exist_ok=True)
         try:
             for plan in self.plans:
-                log_path = os.path.join(self.log_dir, f"{plan.task.type}-{plan.task.index}.log")
+                log_path = os.path.join(self.log_dir, f"{plan.task_type}-{plan.task_index}.log")
                 self.procs.append(spawn(plan, attempt=self.round, base_env=self.base_env, log_path=log_path,
                                         console=self.console))
         except OSError:
@@ -78,10 +69,11 @@ class LocalGroup:
 
     def training(self) -> bool:
         """Every local worker has sent a heartbeat (it trains, and its preemption handler is installed)."""
-        return all(os.path.exists(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in self.procs)
+        return all(os.path.exists(p.plan.heartbeat_path) for p in self.procs)
 
     def step(self) -> int | None:
-        steps = [s for s in (read_step(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in self.procs) if s is not None]
+        records = [read_heartbeat(p.plan.heartbeat_path) for p in self.procs]
+        steps = [r.step for r in records if r is not None and r.step is not None]
         return max(steps) if steps else None
 
     def outcome(self) -> tuple[str, str] | None:
@@ -89,10 +81,10 @@ class LocalGroup:
         codes = [p.poll() for p in self.procs]
         for proc, code in zip(self.procs, codes):
             if code is not None and code not in (0, PREEMPTED):
-                error = read_error_file(proc.plan.env["TFDIST_ERROR_FILE"])
+                error = read_error(proc.plan.error_path)
                 detail = f"{proc.name} {describe_exit(code)}"
                 if error is not None:
-                    detail += f": {error.get('type', 'Error')}: {str(error.get('message', ''))[:200]}"
+                    detail += f": {error.type}: {error.message[:200]}"
                 elif proc.stderr_tail:
                     detail += f": {proc.stderr_tail[-1].strip()[:200]}"
                 return "failed", detail
@@ -105,8 +97,8 @@ class LocalGroup:
     def stop(self, *, graceful: bool) -> str:
         """Stop every local worker; returns ``preempted`` when all saved (exit 143), else ``stopped``."""
         if graceful:
-            stop_all(self.procs, self.grace_period)
-        else:
-            stop_all(self.procs, min(FAILURE_GRACE_S, self.grace_period), first_signal=signal.SIGTERM)
+            stop_all(self.procs, self.timeouts.grace)
+        else:  # peers of a failed or lost task cannot finish a collective: a short grace, then SIGKILL
+            stop_all(self.procs, min(self.timeouts.failure_grace, self.timeouts.grace), first_signal=signal.SIGTERM)
         codes = [p.poll() for p in self.procs]
         return "preempted" if codes and all(c in (PREEMPTED, 0) for c in codes) else "stopped"

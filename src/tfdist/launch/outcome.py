@@ -1,11 +1,12 @@
 """What happened in a launch, as data: each attempt's cause, and the root cause of a failure."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 from dataclasses import dataclass, field
 from enum import Enum
+
+from tfdist.launch.protocol import ErrorRecord
 
 
 class Cause(str, Enum):
@@ -42,19 +43,19 @@ class TaskFailure:
     exit_code: int | None
     log_path: str
     stderr_tail: tuple[str, ...] = ()
-    error: dict | None = None  # the runtime's error file, when the script raised
+    error: ErrorRecord | None = None  # the runtime's error record, when the script raised
 
     @property
     def headline(self) -> str:
         text = f"{self.task} (pid {self.pid}) {describe_exit(self.exit_code)}"
         if self.error:
-            text += f": {self.error.get('type', 'Error')}: {self.error.get('message', '')}"
+            text += f": {self.error.type}: {self.error.message}"
         return text
 
     @property
     def traceback(self) -> str:
-        if self.error and self.error.get("traceback"):
-            return str(self.error["traceback"])
+        if self.error and self.error.traceback:
+            return self.error.traceback
         return "".join(self.stderr_tail)
 
 
@@ -89,32 +90,6 @@ class LaunchResult:
     @property
     def restarts(self) -> int:
         return max(0, len(self.attempts) - 1)
-
-
-def read_error_file(path: str) -> dict | None:
-    """The runtime's JSON error record, or None when the task wrote none (it did not use tfdist.runtime, or was
-    killed)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_heartbeat(heartbeat_path: str) -> tuple[int | None, bool]:
-    """``(last step, training finished)`` from a task's heartbeat file (``"<step>"`` or ``"<step> finished"``)."""
-    try:
-        words = open(heartbeat_path, encoding="ascii").read().split()  # noqa: SIM115
-    except OSError:
-        return None, False
-    step = int(words[0]) if words and words[0].isdigit() else None
-    return step, "finished" in words
-
-
-def read_step(heartbeat_path: str) -> int | None:
-    """The last step a task reported in its heartbeat file."""
-    return read_heartbeat(heartbeat_path)[0]
 
 
 def render_report(result: LaunchResult) -> str:

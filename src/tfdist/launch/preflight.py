@@ -2,20 +2,22 @@
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import shutil
 import sys
 from typing import Mapping, Sequence
 
+from tfdist.compat.keras import tf_keras_available
 from tfdist.constants import LEGACY_KERAS
 from tfdist.errors import UsageError
+from tfdist.launch.protocol import Command
 from tfdist.launch.spec import LaunchSpec
 
 
 def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
-                    python: str = sys.executable) -> tuple[str, ...]:
-    """``script.py a b`` -> ``(python, -u, script.py, a, b)``; ``-m pkg.mod`` -> ``(python, -u, -m, pkg.mod)``.
+                    python: str = sys.executable) -> Command:
+    """``script.py a b`` -> ``python -u script.py a b``; ``-m pkg.mod`` -> ``python -u -m pkg.mod``; with
+    ``no_python`` the program itself.
 
     Raises:
         UsageError: nothing to run, or the script does not exist.
@@ -26,12 +28,12 @@ def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
     if no_python:
         if not shutil.which(head) and not os.path.exists(head):
             raise UsageError(f"program {head!r} not found", hint="give a path or a command on PATH")
-        return tuple(target)
+        return Command(target=head, args=tuple(rest))
     if module:
-        return (python, "-u", "-m", head, *rest)
+        return Command(target=head, args=tuple(rest), interpreter=python, module=True)
     if not os.path.isfile(head):
         raise UsageError(f"training script {head!r} does not exist", hint="check the path, or use -m MODULE")
-    return (python, "-u", head, *rest)
+    return Command(target=head, args=tuple(rest), interpreter=python)
 
 
 def _installed_version(dist: str) -> str | None:
@@ -51,7 +53,7 @@ def keras_plan(spec: LaunchSpec, environ: Mapping[str, str]) -> bool:
         UsageError: multi-worker job, Keras 3 installed, no tf-keras, and ``--allow-keras3`` not given.
     """
     user_choice = environ.get(LEGACY_KERAS) or dict(spec.env).get(LEGACY_KERAS)
-    has_tf_keras = importlib.util.find_spec("tf_keras") is not None
+    has_tf_keras = tf_keras_available()
     distributed = spec.workers + int(spec.chief) > 1 or spec.ps > 0
     if user_choice is None:
         if has_tf_keras:

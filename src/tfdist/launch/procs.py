@@ -76,7 +76,7 @@ class TaskProcess:
 
     @property
     def name(self) -> str:
-        return str(self.plan.task)
+        return self.plan.name
 
     def poll(self) -> int | None:
         if self.exit_code is None:
@@ -159,12 +159,12 @@ def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path
           console: Console) -> TaskProcess:
     """Start one task with ``base_env`` plus its own additions, its output prefixed and logged."""
     env = dict(base_env)
-    env.update(plan.env)
-    popen = _popen(list(plan.command), env, stdin=subprocess.DEVNULL)
+    env.update(plan.environment())
+    popen = _popen(plan.command.argv(), env, stdin=subprocess.DEVNULL)
     proc = TaskProcess(plan=plan, attempt=attempt, popen=popen, log_path=log_path, started_at=time.monotonic())
     route = _Route()
-    route.attach(f"[{plan.task}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
-    proc.pumps = _start_pumps(popen, route, str(plan.task))
+    route.attach(f"[{plan.name}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    proc.pumps = _start_pumps(popen, route, plan.name)
     return proc
 
 
@@ -203,10 +203,10 @@ def activate(spare: Spare, plan: TaskPlan, *, attempt: int, log_path: str, conso
     """
     if not spare.alive:
         raise BrokenPipeError("spare exited")
-    order = {"env": dict(plan.env), "argv": list(plan.command[2:])}  # drop "python -u"
+    order = {"env": plan.environment(), "argv": plan.command.script_argv()}
     proc = TaskProcess(plan=plan, attempt=attempt, popen=spare.popen, log_path=log_path,
                        started_at=time.monotonic(), pumps=spare.pumps)
-    spare.route.attach(f"[{plan.task}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    spare.route.attach(f"[{plan.name}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
     assert spare.popen.stdin is not None  # spawn_spare opens it
     spare.popen.stdin.write((json.dumps(order) + "\n").encode())
     spare.popen.stdin.close()

@@ -2,45 +2,77 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
+
+from tfdist.launch.protocol import Command
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every wait of the supervisor, in seconds; tests shorten them instead of waiting.
+
+    Attributes:
+        grace: a stopped or preempted task's time to save and exit after SIGTERM, before SIGKILL (--grace-period).
+        hang: a training task that sent heartbeats and then none for this long is hung (--hang-timeout; 0: off).
+        poll: between polls of the tasks' state.
+        failure_grace: after a task failed. Its peers cannot finish a collective or a coordinated save
+            (MultiWorkerMirroredStrategy workers even treat SIGTERM as a preemption notice and keep running), so
+            waiting longer would only delay the restart.
+        untrained_grace: a stop before any task has sent its first heartbeat: nothing to save yet.
+        after_success: once the leader succeeded, how long the other training tasks may take to finish.
+        after_success_grace: then parameter servers and the evaluator, which have nothing to save.
+        spares_after: warm spares start once every training task sent a heartbeat, or after this long.
+    """
+
+    grace: float = 30.0
+    hang: float = 300.0
+    poll: float = 0.05
+    failure_grace: float = 0.5
+    untrained_grace: float = 1.0
+    after_success: float = 10.0
+    after_success_grace: float = 2.0
+    spares_after: float = 30.0
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """Everything ``tfdist launch`` needs to start and supervise a job on this machine.
+    """Everything ``tfdist launch`` needs to start and supervise a job's tasks on this machine.
 
     Attributes:
-        command: the program and arguments to run for every task (already resolved: ``[python, script, ...]``).
-        workers: number of ``worker`` tasks.
-        ps: number of parameter servers (``ParameterServerStrategy``).
-        chief: add a ``chief`` task.
-        evaluator: add an ``evaluator`` task (outside the cluster; its failure does not stop training).
+        command: what every task runs (a :class:`Command`; a plain argv tuple is taken as a program and its args).
+        workers, ps, chief, evaluator: the job's roles (see ``tfdist.launch.tf_config``).
         max_restarts: how many times the whole group may be restarted after a failure (within ``restart_window``).
         restart_window: seconds; restarts older than this no longer count against ``max_restarts`` (0: never expire).
-        log_dir: one log file per task and attempt goes here; ``None``: a temporary folder.
+        backoff: seconds before the first restart; doubles on each further restart, capped at ``backoff_max``.
+        log_dir: one log file per task and attempt goes here; ``None``: a temporary folder, removed at the end.
         tee: also print task output to the console when ``log_dir`` is given.
         port_base: first port of a consecutive block; ``None``: free ports found by binding.
         host: the address tasks listen on and reach each other at.
-        env: extra variables for every task.
+        env: extra variables for every task (protocol variables refused).
         gpus_per_task: GPUs for each training task; ``None``: split the visible GPUs evenly.
-        grace_period: seconds a task has to save and exit after SIGTERM (preemption) before SIGKILL.
-        monitor_interval: seconds between polls of the tasks' state.
-        hang_timeout: seconds without a heartbeat (after the first) before a task counts as hung (0: off).
-        backoff: seconds before the first restart; doubles on each further restart, capped at ``backoff_max``.
         metrics_port: first port of the tasks' Prometheus endpoints (task i gets ``metrics_port + i``).
         metrics_host: address the metrics endpoints bind.
+        launcher_metrics_port: the launcher's own metrics endpoint (checked with the other ports before any start).
         allow_keras3: start a multi-worker job even though only Keras 3 is installed (custom training loops).
         warm_spares: with restarts allowed, keep one process per task with TensorFlow already imported, so a
             restarted group skips that import (see ``tfdist.launch.spare``).
+        thread_caps: cap each task's TensorFlow/OpenMP thread pools to its share of the cores.
         job_name: a label for logs and metrics.
+        timeouts: every wait (see :class:`Timeouts`).
+        cluster: the whole job's addresses when given from outside (a per-machine agent of a multi-machine job);
+            ``None``: all tasks run here on ports chosen here.
+        local_tasks: with ``cluster``, the names (``worker:2``) of the tasks this machine runs; ``None``: all.
     """
 
-    command: tuple[str, ...]
+    command: Command
     workers: int = 1
     ps: int = 0
     chief: bool = False
     evaluator: bool = False
     max_restarts: int = 0
     restart_window: float = 0.0
+    backoff: float = 0.0
+    backoff_max: float = 30.0
     log_dir: str | None = None
     tee: bool = False
     port_base: int | None = None
@@ -48,13 +80,38 @@ class LaunchSpec:
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     gpus_per_task: int | None = None
     nccl_debug: bool = False
-    grace_period: float = 30.0
-    monitor_interval: float = 0.05
-    hang_timeout: float = 300.0
-    backoff: float = 0.0
-    backoff_max: float = 30.0
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    launcher_metrics_port: int | None = None
     allow_keras3: bool = False
     warm_spares: bool = True
+    thread_caps: bool = True
     job_name: str = "tfdist"
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)
+    local_tasks: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.command, Command):
+            object.__setattr__(self, "command", command_from_argv(self.command))
+
+    # Compatibility with the flat names the CLI and older callers use.
+    @property
+    def grace_period(self) -> float:
+        return self.timeouts.grace
+
+    @property
+    def hang_timeout(self) -> float:
+        return self.timeouts.hang
+
+    @property
+    def monitor_interval(self) -> float:
+        return self.timeouts.poll
+
+
+def command_from_argv(argv: Sequence[str]) -> Command:
+    """A plain argv (``python script.py a``, ``prog a``) as a program with arguments: no warm spares for it, since
+    we cannot know which of its words are the interpreter's options."""
+    if not argv:
+        raise ValueError("empty command")
+    return Command(target=argv[0], args=tuple(argv[1:]))

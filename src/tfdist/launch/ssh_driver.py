@@ -22,7 +22,7 @@ from typing import IO, Sequence
 
 from tfdist.errors import UsageError
 from tfdist.launch.elastic import Settings
-from tfdist.launch.hostfile import HostEntry
+from tfdist.cluster.hostfile import HostEntry
 from tfdist.launch.netaddr import resolve, route_address
 from tfdist.launch.rdzv_server import RendezvousServer
 from tfdist.status import ExitStatus

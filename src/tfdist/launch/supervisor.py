@@ -30,21 +30,19 @@ from typing import Any, Mapping
 
 import psutil
 
-from tfdist.launch.outcome import (
-    Attempt, Cause, LaunchResult, TaskFailure, read_error_file, read_heartbeat, read_step,
-)
+from tfdist.cluster import TaskId, format_address, leader_of
+from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, read_error, read_heartbeat
 from tfdist.launch.ports import free_ports, ports_from_base
 from tfdist.launch.procs import Console, Spare, TaskProcess, activate, spawn, spawn_spare, stop_all
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
-from tfdist.status import ExitStatus
+from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
 
 log = logging.getLogger("tfdist.launch")
 
 # Lines in a task's stderr that mean it lost the race for its port (gRPC and Python spellings).
 PORT_CONFLICT_MARKERS = ("Address already in use", "Failed to add port", "EADDRINUSE", "Could not start gRPC server")
 MAX_PORT_RETRIES = 5
-PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)  # what tfdist.runtime exits with after a preemption save
 # How long the other training tasks may take to finish on their own once the leader has succeeded.
 AFTER_SUCCESS_WAIT_S = 10.0
 # After a task failed, the survivors cannot finish a collective or a coordinated save (MultiWorkerMirroredStrategy
@@ -94,7 +92,7 @@ class Supervisor:
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
         self._stop_signal: int | None = None
         self._restart_times: list[float] = []
-        self.metrics = metrics  # tfdist.runtime.metrics.LauncherMetrics, or None
+        self.metrics = metrics  # tfdist.launch.metrics.LauncherMetrics, or None
         self._spares: list[Spare] = []
 
     # -- signals -------------------------------------------------------------------------------------------------
@@ -123,7 +121,7 @@ class Supervisor:
             for proc in procs or []:
                 code = proc.poll()
                 task_state = state.value if code is None else ("exited" if code == 0 else "failed")
-                self.metrics.set_task_state(proc.plan.task.type, proc.plan.task.index, task_state)
+                self.metrics.set_task_state(proc.plan.task_type, proc.plan.task_index, task_state)
 
     # -- one attempt ---------------------------------------------------------------------------------------------
     def _choose_ports(self) -> list[int]:
@@ -138,12 +136,12 @@ class Supervisor:
         os.makedirs(attempt_dir, exist_ok=True)
         layout = layout_for(self.spec, self._choose_ports())
         plans = plan_tasks(self.spec, layout, run_id=self.run_id, attempt=attempt, log_dir=attempt_dir,
-                           gpus=visible_gpus(self.environ), legacy_keras=self.legacy_keras)
+                           gpus=visible_gpus(self.environ), legacy_keras=self.legacy_keras, environ=self.environ)
         procs = []
         warm = 0
         try:
             for plan in plans:
-                log_path = os.path.join(attempt_dir, f"{plan.task.type}-{plan.task.index}.log")
+                log_path = os.path.join(attempt_dir, f"{plan.task_type}-{plan.task_index}.log")
                 proc = self._from_spare(plan, attempt, log_path)
                 warm += proc is not None
                 procs.append(proc or spawn(plan, attempt=attempt, base_env=self.environ, log_path=log_path,
@@ -159,36 +157,28 @@ class Supervisor:
         how = f" ({warm} from warm spares)" if warm else ""
         self._say(f"attempt {attempt}: started {len(procs)} task(s){how}: {summary}")
         if self.spec.metrics_port is not None:
-            urls = ", ".join(f"{p.name} http://{p.plan.env['TFDIST_METRICS_HOST']}:{p.plan.env['TFDIST_METRICS_PORT']}"
-                             f"/metrics" for p in procs)
+            urls = ", ".join(f"{p.name} http://{format_address(p.plan.metrics_host, p.plan.metrics_port)}/metrics"
+                             for p in procs)
             self._say(f"metrics: {urls}")
         self._set_state(GroupState.RUNNING, procs)
         return procs
 
     # -- warm spares ---------------------------------------------------------------------------------------------
     def _spares_wanted(self) -> bool:
-        command = self.spec.command
-        return self.spec.warm_spares and self.spec.max_restarts > 0 and len(command) > 2 and command[1] == "-u"
+        return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
 
     def _spare_env(self) -> dict[str, str]:
         """What TensorFlow may read at import: the launcher's environment plus the settings shared by all tasks."""
-        env = dict(self.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        if self.legacy_keras:
-            env["TF_USE_LEGACY_KERAS"] = "1"
-        if self.spec.nccl_debug:
-            env["NCCL_DEBUG"] = "INFO"
-        env.update(dict(self.spec.env))
-        return env
+        return {**self.environ, **shared_env(self.spec, self.legacy_keras, self.environ)}
 
     def _maybe_start_spares(self, procs: list[TaskProcess], started: float) -> None:
         if self._spares or not self._spares_wanted():
             return
-        trainers = [p for p in procs if p.plan.task.type in ("chief", "worker")]
-        training = all(os.path.exists(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in trainers)
+        trainers = [p for p in procs if p.plan.task_type in ("chief", "worker")]
+        training = all(os.path.exists(p.plan.heartbeat_path) for p in trainers)
         if training or time.monotonic() - started > SPARES_AFTER_S:
             env = self._spare_env()
-            self._spares = [spawn_spare(self.spec.command[0], env) for _ in procs]
+            self._spares = [spawn_spare(self.spec.command.program, env) for _ in procs]
 
     def _from_spare(self, plan, attempt: int, log_path: str) -> TaskProcess | None:
         while self._spares:
@@ -206,7 +196,7 @@ class Supervisor:
     def _failure(self, proc: TaskProcess) -> TaskFailure:
         return TaskFailure(task=proc.name, pid=proc.pid, exit_code=proc.exit_code, log_path=proc.log_path,
                            stderr_tail=tuple(proc.stderr_tail),
-                           error=read_error_file(proc.plan.env["TFDIST_ERROR_FILE"]))
+                           error=read_error(proc.plan.error_path))
 
     def _hung(self, procs: list[TaskProcess]) -> TaskProcess | None:
         """The task that stalled, if any training task has sent no heartbeat for ``hang_timeout`` seconds.
@@ -223,14 +213,15 @@ class Supervisor:
         silent: list[tuple[bool, float, TaskProcess]] = []
         now = time.time()
         for proc in procs:
-            if proc.plan.task.type not in watched or proc.exit_code is not None:
+            if proc.plan.task_type not in watched or proc.exit_code is not None:
                 continue
-            path = proc.plan.env["TFDIST_HEARTBEAT_FILE"]
+            path = proc.plan.heartbeat_path
             try:
                 silent_for = now - os.stat(path).st_mtime
             except OSError:
                 continue  # no heartbeat yet
-            if silent_for > timeout and read_heartbeat(path)[1]:
+            beat = read_heartbeat(path)
+            if silent_for > timeout and beat is not None and beat.finished:
                 continue  # training is over; saving the model and evaluating send no beats
             if silent_for > timeout:
                 silent.append((_is_stopped(proc.pid), silent_for, proc))
@@ -239,7 +230,8 @@ class Supervisor:
         return max(silent, key=lambda item: (item[0], item[1]))[2]
 
     def _watch(self, procs: list[TaskProcess], attempt: int, started: float) -> Attempt:
-        leader = next(p for p in procs if p.plan.task == self._leader(procs))
+        leader_task = self._leader(procs)
+        leader = next(p for p in procs if (p.plan.task_type, p.plan.task_index) == leader_task)
         reported_evaluator = False
         while True:
             now = time.monotonic()
@@ -253,7 +245,7 @@ class Supervisor:
                 code = proc.poll()
                 if code is None:
                     continue
-                role = proc.plan.task.type
+                role = proc.plan.task_type
                 if proc is leader and code == 0:
                     self._finish_success(procs)
                     return Attempt(attempt, Cause.SUCCEEDED, time.monotonic() - started,
@@ -294,9 +286,8 @@ class Supervisor:
 
     @staticmethod
     def _leader(procs: list[TaskProcess]):
-        tasks = [p.plan.task for p in procs]
-        chiefs = [t for t in tasks if t.type == "chief"]
-        return chiefs[0] if chiefs else next(t for t in tasks if t.type == "worker" and t.index == 0)
+        leader = leader_of(TaskId(p.plan.task_type, p.plan.task_index) for p in procs)
+        return (leader.type, leader.index) if leader else None
 
     @staticmethod
     def _lost_port_race(proc: TaskProcess) -> bool:
@@ -305,9 +296,8 @@ class Supervisor:
 
     @staticmethod
     def _step(procs: list[TaskProcess]) -> int | None:
-        steps = [read_step(p.plan.env["TFDIST_HEARTBEAT_FILE"]) for p in procs if p.plan.task.type in
-                 ("chief", "worker")]
-        known = [s for s in steps if s is not None]
+        beats = [read_heartbeat(p.plan.heartbeat_path) for p in procs if p.plan.task_type in ("chief", "worker")]
+        known = [b.step for b in beats if b is not None and b.step is not None]
         return max(known) if known else None
 
     def _finish_success(self, procs: list[TaskProcess]) -> None:
@@ -322,7 +312,7 @@ class Supervisor:
     def _wait_for_trainers(self, procs: list[TaskProcess], seconds: float,
                            roles: tuple[str, ...] = ("chief", "worker")) -> None:
         deadline = time.monotonic() + seconds
-        trainers = [p for p in procs if p.plan.task.type in roles]
+        trainers = [p for p in procs if p.plan.task_type in roles]
         while time.monotonic() < deadline and any(p.poll() is None for p in trainers):
             time.sleep(self.spec.monitor_interval)
 

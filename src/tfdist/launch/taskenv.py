@@ -4,23 +4,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from tfdist import constants as C
+from tfdist.cluster import format_address
 from tfdist.errors import UsageError
+from tfdist.launch import protocol as C
+from tfdist.launch.protocol import TaskPlan, refuse_protected
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.tf_config import ClusterLayout, TaskId, tf_config_for
 
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """One task as it will be started: identity, address, environment additions, command."""
-
-    task: TaskId
-    address: str
-    env: Mapping[str, str]
-    command: tuple[str, ...]
+__all__ = ["TaskPlan", "assign_gpus", "count_tasks", "layout_for", "parse_env_pairs", "plan_tasks", "visible_gpus"]
 
 
 def layout_for(spec: LaunchSpec, ports: Sequence[int]) -> ClusterLayout:
@@ -32,7 +25,7 @@ def layout_for(spec: LaunchSpec, ports: Sequence[int]) -> ClusterLayout:
     addresses: dict[str, tuple[str, ...]] = {}
     cursor = 0
     for role, count in counts.items():
-        addresses[role] = tuple(f"{spec.host}:{p}" for p in ports[cursor:cursor + count])
+        addresses[role] = tuple(format_address(spec.host, p) for p in ports[cursor:cursor + count])
         cursor += count
     return ClusterLayout(**addresses)
 
@@ -82,36 +75,60 @@ def assign_gpus(tasks: Sequence[TaskId], gpus: Sequence[str], per_task: int | No
     return result
 
 
+def shared_env(spec: LaunchSpec, legacy_keras: bool | None, environ: Mapping[str, str] = {}) -> dict[str, str]:
+    """Variables every task gets, the same for all (also what a warm spare sees at import): launcher defaults (never
+    over a value the launcher's own ``environ`` already has), then the user's ``--env`` (which wins, except over the
+    protocol's own variables)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    if legacy_keras:
+        env[C.LEGACY_KERAS] = "1"
+    if spec.nccl_debug:
+        env["NCCL_DEBUG"] = "INFO"
+    env.update({k: v for k, v in thread_caps(spec).items() if k not in environ})
+    user = dict(spec.env)
+    refuse_protected(user)
+    env.update(user)
+    return env
+
+
+def thread_caps(spec: LaunchSpec, cores: int | None = None) -> dict[str, str]:
+    """Cap TensorFlow's and OpenMP's thread pools to each training task's share of the cores.
+
+    Each TensorFlow process sizes its inter- and intra-op pools to *all* cores, so N tasks on a small machine start
+    N x (several pools x cores) threads at once, plus N warm spares: on a 2-core machine with a low process limit
+    that is where ``std::system_error: Resource temporarily unavailable`` came from. Left alone when the user set
+    any of these, or with --no-thread-caps.
+    """
+    if not spec.thread_caps:
+        return {}
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    trainers = max(1, spec.workers + int(spec.chief))
+    share = str(max(1, cores // trainers))
+    return {"TF_NUM_INTEROP_THREADS": share if trainers > 1 else str(max(1, cores)),
+            "TF_NUM_INTRAOP_THREADS": share, "OMP_NUM_THREADS": share}
+
+
 def plan_tasks(spec: LaunchSpec, layout: ClusterLayout, *, run_id: str, attempt: int, log_dir: str,
-               gpus: Sequence[str] = (), legacy_keras: bool | None = None) -> list[TaskPlan]:
-    """Every task's environment additions and command for one attempt (pure: reads nothing)."""
+               gpus: Sequence[str] = (), legacy_keras: bool | None = None,
+               environ: Mapping[str, str] = {}) -> list[TaskPlan]:
+    """Every task's plan for one attempt (pure: reads nothing)."""
     tasks = layout.tasks()
     gpu_map = assign_gpus(tasks, gpus, spec.gpus_per_task)
+    shared = shared_env(spec, legacy_keras, environ)
     plans = []
     for position, task in enumerate(tasks):
-        env: dict[str, str] = {
-            C.TF_CONFIG: tf_config_for(layout, task),
-            C.TASK_TYPE: task.type,
-            C.TASK_INDEX: str(task.index),
-            C.RESTART_COUNT: str(attempt),
-            C.MAX_RESTARTS: str(spec.max_restarts),
-            C.RUN_ID: run_id,
-            C.JOB_NAME: spec.job_name,
-            C.ERROR_FILE: os.path.join(log_dir, f"{task.type}-{task.index}.error.json"),
-            C.HEARTBEAT_FILE: os.path.join(log_dir, f"{task.type}-{task.index}.heartbeat"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if legacy_keras:
-            env[C.LEGACY_KERAS] = "1"
-        if task in gpu_map:
-            env[C.CUDA_VISIBLE_DEVICES] = gpu_map[task]
-        if spec.nccl_debug:
-            env["NCCL_DEBUG"] = "INFO"
-        if spec.metrics_port is not None:
-            env[C.METRICS_PORT] = str(spec.metrics_port + position)
-            env[C.METRICS_HOST] = spec.metrics_host
-        env.update(dict(spec.env))  # the user's --env wins over our defaults
-        plans.append(TaskPlan(task=task, address=layout.address(task), env=env, command=spec.command))
+        extra = dict(shared)
+        if task in gpu_map and C.CUDA_VISIBLE_DEVICES not in dict(spec.env):
+            extra[C.CUDA_VISIBLE_DEVICES] = gpu_map[task]
+        plans.append(TaskPlan(
+            task_type=task.type, task_index=task.index, address=layout.address(task),
+            tf_config=tf_config_for(layout, task), command=spec.command, run_id=run_id, attempt=attempt,
+            max_restarts=spec.max_restarts, job_name=spec.job_name,
+            heartbeat_path=os.path.join(log_dir, f"{task.type}-{task.index}.heartbeat"),
+            error_path=os.path.join(log_dir, f"{task.type}-{task.index}.error.json"),
+            metrics_port=None if spec.metrics_port is None else spec.metrics_port + position,
+            metrics_host=spec.metrics_host if spec.metrics_port is not None else None, extra_env=extra))
     return plans
 
 

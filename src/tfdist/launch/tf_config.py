@@ -1,35 +1,12 @@
-"""Pure builders for TensorFlow's ``TF_CONFIG``.
-
-Definitions, as TensorFlow and Kubeflow's TFJob use them:
-
-- **chief**: the worker that also does the bookkeeping (checkpoints, summaries). Optional: without one, worker 0
-  plays that part.
-- **worker**: runs the training steps. ``MultiWorkerMirroredStrategy`` keeps one replica of the model per worker.
-- **ps**: parameter server; holds variables for ``ParameterServerStrategy`` and never exits on its own.
-- **evaluator**: reads checkpoints and evaluates them. It gets a ``TF_CONFIG`` whose ``task`` says ``evaluator``, but it
-  is *not* part of ``cluster``, so it never joins the training collectives (as TFJob does it).
-"""
+"""The launcher's cluster layout: every task's address by role (roles, TF_CONFIG and the leader rule live in
+:mod:`tfdist.cluster`)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping
 
+from tfdist.cluster import ALL_ROLES, TRAINING_ROLES, TaskId, TfConfig, leader_of, make_tf_config  # noqa: F401
 from tfdist.errors import UsageError
-
-TRAINING_ROLES = ("chief", "worker", "ps")
-ALL_ROLES = ("chief", "worker", "ps", "evaluator")
-
-
-@dataclass(frozen=True)
-class TaskId:
-    """One task of a job: its role and index within that role."""
-
-    type: str
-    index: int
-
-    def __str__(self) -> str:
-        return f"{self.type}:{self.index}"
 
 
 @dataclass(frozen=True)
@@ -66,7 +43,7 @@ class ClusterLayout:
     @property
     def leader(self) -> TaskId:
         """The task whose exit 0 makes the job succeed (TFJob's default success policy)."""
-        return TaskId("chief", 0) if self.chief else TaskId("worker", 0)
+        return leader_of(self.tasks())  # type: ignore[return-value] - a layout always has a chief or a worker
 
     @property
     def uses_parameter_servers(self) -> bool:
@@ -77,33 +54,6 @@ class ClusterLayout:
         return len(self.chief) + len(self.worker)
 
 
-def make_tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, task_index: int) -> dict:
-    """Build a TF_CONFIG dictionary for one task.
-
-    Args:
-        cluster: training roles to ``host:port`` lists (no evaluator key).
-        task_type: ``chief``, ``worker``, ``ps`` or ``evaluator``.
-        task_index: index of the task within its role.
-
-    Raises:
-        UsageError: the role is unknown or the index is out of range.
-    """
-    if task_type not in ALL_ROLES:
-        raise UsageError(f"unknown task type {task_type!r}", hint=f"use one of {', '.join(ALL_ROLES)}")
-    if "evaluator" in cluster:
-        raise UsageError("the evaluator must not be part of the cluster", hint="give it only its own task entry")
-    if task_type != "evaluator":
-        members = cluster.get(task_type, ())
-        if not 0 <= task_index < len(members):
-            raise UsageError(f"task {task_type}:{task_index} is not in the cluster ({len(members)} {task_type})")
-    elif task_index != 0:
-        raise UsageError("there is only one evaluator (index 0)")
-    return {
-        "cluster": {role: list(addresses) for role, addresses in cluster.items() if addresses},
-        "task": {"type": task_type, "index": task_index},
-    }
-
-
 def tf_config_for(layout: ClusterLayout, task: TaskId) -> str:
     """The TF_CONFIG environment value (compact JSON) for ``task`` in ``layout``."""
-    return json.dumps(make_tf_config(layout.cluster(), task.type, task.index), separators=(",", ":"))
+    return TfConfig.build(layout.cluster(), task.type, task.index).to_json()

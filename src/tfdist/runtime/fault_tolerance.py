@@ -17,9 +17,8 @@ import os
 import sys
 from typing import Any
 
-from tfdist.status import ExitStatus
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE
 
-PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)
 
 
 def exit_preempted(step: int | None = None) -> None:

@@ -126,7 +126,7 @@ def visible_gpus(environ: Mapping[str, str]) -> tuple[frozenset[int], tuple[str,
     indices: set[int] = set()
     uuids: list[str] = []
     for token in (t.strip() for t in raw.split(",")):
-        if token.isdigit():
+        if token.isascii() and token.isdigit() and len(token) <= 9:  # no '²', no 5000-digit int()
             indices.add(int(token))
         elif token.startswith("GPU-"):
             uuids.append(token)

@@ -7,19 +7,15 @@ tf-keras, and the same script trains.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Mapping
 
+from tfdist.compat.keras import tf_keras_available
 from tfdist.constants import LEGACY_KERAS
 from tfdist.errors import TfdistError
 
 _TRUE = ("1", "true", "True")  # the values TensorFlow's __init__ accepts
-
-
-def tf_keras_available() -> bool:
-    return importlib.util.find_spec("tf_keras") is not None
 
 
 def legacy_keras_requested(environ: Mapping[str, str] | None = None) -> bool:

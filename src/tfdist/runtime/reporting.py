@@ -1,48 +1,29 @@
-"""How a task tells the launcher what happened: an error file with the traceback, and a heartbeat file.
+"""How a task tells the launcher what happened: an error record with the traceback, and a heartbeat record.
 
-The launcher passes both paths in the environment (``TFDIST_ERROR_FILE``, ``TFDIST_HEARTBEAT_FILE``). Importing
-``tfdist.runtime`` installs the error hook, so a script needs no decorator for its traceback to reach the launcher's
-root-cause report; :func:`record` is there for scripts that catch exceptions themselves.
+The records and their files are defined in :mod:`tfdist.launch.protocol` (writer and reader side by side); the
+launcher passes both paths in the environment. Importing ``tfdist.runtime`` installs the error hook, so a script needs
+no decorator for its traceback to reach the launcher's root-cause report; :func:`record` is there for scripts that
+catch exceptions themselves.
 """
 from __future__ import annotations
 
 import functools
-import json
 import os
-import socket
 import sys
 import time
-import traceback
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
-from tfdist.constants import ERROR_FILE, HEARTBEAT_FILE
+from tfdist.launch import protocol as P
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-FINISHED = "finished"  # second word of the heartbeat file once training has ended
-
 
 def write_error_file(exc: BaseException, path: str | None = None) -> None:
-    """Write ``exc`` as JSON (message, type, traceback, time, pid, host) where the launcher will look for it."""
-    path = path or os.environ.get(ERROR_FILE)
-    if not path:
-        return
-    record_ = {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "timestamp": time.time(),
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-    }
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(record_, handle)
-        os.replace(tmp, path)
-    except OSError:  # reporting must never hide the original failure
-        pass
+    """Write ``exc`` as an error record where the launcher will look for it (no-op outside ``tfdist launch``)."""
+    path = path or os.environ.get(P.ERROR_FILE)
+    if path:
+        P.write_error(path, P.ErrorRecord.from_exception(exc))
 
 
 def record(fn: F) -> F:
@@ -72,38 +53,41 @@ def _hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | Non
 
 def install_error_hook() -> None:
     """Report uncaught exceptions to the launcher (no-op outside ``tfdist launch``)."""
-    if os.environ.get(ERROR_FILE) and sys.excepthook is not _hook:
+    if os.environ.get(P.ERROR_FILE) and sys.excepthook is not _hook:
         sys.excepthook = _hook
 
 
 class Heartbeat:
-    """Touches the heartbeat file at most every ``min_interval`` seconds; the launcher's hang watchdog reads its
-    modification time."""
+    """Writes the heartbeat record at most every ``min_interval`` seconds; the launcher's hang watchdog reads the
+    file's modification time, the live view its step, loss and total."""
 
-    def __init__(self, path: str | None = None, min_interval: float | None = None) -> None:
-        self.path = path if path is not None else os.environ.get(HEARTBEAT_FILE)
+    def __init__(self, path: str | None = None, min_interval: float | None = None,
+                 total_steps: int | None = None) -> None:
+        self.path = path if path is not None else os.environ.get(P.HEARTBEAT_FILE)
         if min_interval is None:
-            min_interval = float(os.environ.get("TFDIST_HEARTBEAT_INTERVAL", "0.5"))
+            min_interval = float(os.environ.get(P.HEARTBEAT_INTERVAL, "0.5"))
         self.min_interval = min_interval
-        self._last = 0.0
+        self.total_steps = total_steps
+        self._last = float("-inf")
 
-    def beat(self, step: int | None = None, *, force: bool = False) -> None:
-        if not self.path:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < self.min_interval:
-            return
-        self._last = now
-        self._write(f"{step if step is not None else ''}\n")
+    def due(self) -> bool:
+        """Whether a beat now would be written (callers can skip computing its values otherwise)."""
+        return bool(self.path) and time.monotonic() - self._last >= self.min_interval
 
-    def finished(self, step: int | None = None) -> None:
+    def beat(self, step: int | None = None, *, force: bool = False, loss: float | None = None,
+             examples: int | None = None) -> None:
+        if not self.path or not (force or self.due()):
+            return
+        self._last = time.monotonic()
+        self._write(step, P.TaskState.TRAINING, loss, examples)
+
+    def finished(self, step: int | None = None, *, loss: float | None = None, examples: int | None = None) -> None:
         """Training ended: the watchdog stops expecting beats (saving and evaluating after ``fit`` are silent)."""
         if self.path:
-            self._write(f"{step if step is not None else ''} {FINISHED}\n")
+            self._write(step, P.TaskState.FINISHED, loss, examples)
 
-    def _write(self, text: str) -> None:
-        try:
-            with open(self.path, "w", encoding="ascii") as handle:  # type: ignore[arg-type]
-                handle.write(text)
-        except OSError:
-            pass
+    def _write(self, step: int | None, state: P.TaskState, loss: float | None, examples: int | None) -> None:
+        if loss is not None and loss != loss:  # NaN has no JSON spelling
+            loss = None
+        P.write_heartbeat(self.path, P.HeartbeatRecord(  # type: ignore[arg-type]
+            step=step, time=time.time(), state=state, loss=loss, total_steps=self.total_steps, examples=examples))

@@ -14,7 +14,7 @@ from tfdist.runtime.reporting import Heartbeat
 # many steps; the overhead is measured by bench/recovery.py.
 DEFAULT_SAVE_EVERY_STEPS = int(os.environ.get("TFDIST_SAVE_EVERY_STEPS", "100"))
 
-_state: dict[str, Any] = {"resumed_from_step": 0, "scratch_dirs": []}
+_state: dict[str, Any] = {"progress": None, "scratch_dirs": []}
 
 
 def is_chief() -> bool:
@@ -84,53 +84,8 @@ def cleanup() -> None:
 
 def resumed_from_step() -> int:
     """The training step restored from the fault-tolerance checkpoint at the start of ``fit`` (0 on a fresh start)."""
-    return int(_state["resumed_from_step"])
-
-
-def _callback_types() -> dict[str, type]:
-    import tensorflow as tf
-
-    class ResumeTracker(tf.keras.callbacks.Callback):
-        """Records the step ``BackupAndRestore`` restored (it runs first, in ``on_train_begin``)."""
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            iterations = getattr(self.model.optimizer, "iterations", None)
-            _state["resumed_from_step"] = int(iterations.numpy()) if iterations is not None else 0
-
-    class HeartbeatCallback(tf.keras.callbacks.Callback):
-        """Tells the launcher's hang watchdog that training makes progress."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.heartbeat = Heartbeat()
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            self.heartbeat.beat(self._step(), force=True)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.heartbeat.beat(self._step())
-
-        def on_train_end(self, logs: Any = None) -> None:
-            self.heartbeat.finished(self._step())
-
-        def _step(self) -> int | None:
-            iterations = getattr(self.model.optimizer, "iterations", None)
-            return int(iterations.numpy()) if iterations is not None else None
-
-    class EpochHeartbeatCallback(HeartbeatCallback):
-        """ParameterServerStrategy allows no batch-level callbacks: beat once per epoch instead."""
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:  # pragma: no cover - never called
-            pass
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.heartbeat.beat(self._step())
-
-        def _implements_train_batch_hooks(self) -> bool:
-            return False
-
-    return {"ResumeTracker": ResumeTracker, "HeartbeatCallback": HeartbeatCallback,
-            "EpochHeartbeatCallback": EpochHeartbeatCallback}
+    progress = _state["progress"]
+    return progress.start_step if progress is not None else 0
 
 
 def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None = None,
@@ -140,10 +95,11 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
 
     - ``BackupAndRestore`` every ``save_every_steps`` steps, so a restarted group resumes from the last saved step
       (not from the last epoch), and on SIGTERM a save at the current step, then exit 143 (see fault_tolerance);
-    - a tracker behind :func:`resumed_from_step`;
-    - a heartbeat for the launcher's hang watchdog;
-    - Prometheus metrics and ``/healthz`` when ``TFDIST_METRICS_PORT`` is set (``tfdist launch --metrics-port``);
-    - TensorBoard summaries, written by the chief only: epoch metrics, and loss / throughput / step time every 10 s.
+    - one progress callback (:mod:`tfdist.runtime.progress`) that counts steps without syncing the device and
+      feeds :func:`resumed_from_step`, the heartbeat the launcher's hang watchdog and live view read, Prometheus
+      metrics and ``/healthz`` when ``TFDIST_METRICS_PORT`` is set (``tfdist launch --metrics-port``), and the
+      chief's TensorBoard scalars (loss / throughput / step time every 10 s);
+    - TensorBoard epoch summaries.
       (tf-keras' own per-batch TensorBoard logging was measured to cost about a third of a digits step.)
 
     Args:
@@ -156,35 +112,42 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     """
     import tensorflow as tf
 
-    types = _callback_types()
+    from tfdist.runtime import metrics
+    from tfdist.runtime.progress import Progress, progress_callback, time_backups
+    from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard
+
     result: list[Any] = []
     info = cluster_info()
+    heartbeat = Heartbeat()
     if info.num_ps:
         # ParameterServerStrategy allows neither batch-level callbacks nor the preemption handler.
         if fault_tolerance:
             result.append(tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq="epoch"))
-        result += [types["ResumeTracker"](), types["EpochHeartbeatCallback"]()]
+        progress = Progress(heartbeat=heartbeat)
+        result.append(progress_callback(progress, batch_hooks=False))
         if tensorboard:
             result.append(tf.keras.callbacks.TensorBoard(tensorboard_dir(model_dir), update_freq="epoch",
                                                          profile_batch=0, write_graph=False))
+        _state["progress"] = progress
         return result
-
-    from tfdist.runtime import metrics
 
     task_metrics = metrics.start_from_env()
     if fault_tolerance:
         from tfdist.runtime.fault_tolerance import backup_callback
 
         backup = backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS)
-        result.append(metrics.time_backups(backup, task_metrics) if task_metrics else backup)
-    result += [types["ResumeTracker"](), types["HeartbeatCallback"]()]
-    if task_metrics is not None:
-        per_task = global_batch_size // max(1, info.num_workers) if global_batch_size else None
-        result.append(metrics.keras_callback(task_metrics, per_task))
+        result.append(time_backups(backup, task_metrics) if task_metrics else backup)
+    scalars = None
     if tensorboard:
         log_dir = tensorboard_dir(model_dir)
-        result.append(metrics.keras_tensorboard(log_dir))
-        result.append(metrics.tensorboard_callback(log_dir, examples_per_step=global_batch_size))
+        result.append(keras_tensorboard(log_dir))
+        if info.is_chief:
+            scalars = ScalarWriter(log_dir, examples_per_step=global_batch_size)
+    per_task = global_batch_size // max(1, info.num_workers) if global_batch_size else 0
+    # After the backup, whose on_train_begin restores the step the progress callback starts counting from.
+    progress = Progress(heartbeat=heartbeat, metrics=task_metrics, scalars=scalars, examples_per_step=per_task)
+    result.insert(1 if fault_tolerance else 0, progress_callback(progress))
+    _state["progress"] = progress
     return result
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO
 from tfdist.doctor.recommend import install_command, recommend
-from tfdist.doctor.versions import minor_of
+from tfdist.compat.versions import minor_of
 from tfdist.errors import UsageError
 
 

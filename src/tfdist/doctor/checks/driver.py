@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 from tfdist.doctor.recommend import cc_support, recommend
-from tfdist.doctor.versions import at_least, vtuple
+from tfdist.compat.versions import at_least, vtuple
 from tfdist.errors import UsageError
 
 

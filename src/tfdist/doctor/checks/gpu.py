@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from tfdist.doctor import compat
+from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
-from tfdist.doctor.versions import minor_of, vtuple
+from tfdist.compat.versions import minor_of, vtuple
 
 
 def check_architecture(ctx: Context) -> list[Finding]:

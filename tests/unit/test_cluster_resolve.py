@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.resolve import detect_source, parse_replicas, resolve_tf_config, task_environment
+from tfdist.cluster.resolve import detect_source, parse_replicas, resolve_tf_config, task_environment
 
 
 def slurm_env(nodelist: str, tasks_per_node: str, rank: int, **extra: str) -> dict[str, str]:

@@ -28,13 +28,16 @@ Kubernetes (set by the manifests ``tfdist k8s`` writes):
 """
 from __future__ import annotations
 
-import json
+import re
 from typing import Mapping
 
+from tfdist.cluster.address import check_host, check_port, format_address
+from tfdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
+from tfdist.cluster.limits import MAX_DIGITS, MAX_TASKS
+from tfdist.cluster.roles import ALL_ROLES
+from tfdist.cluster.tf_config import TfConfig
 from tfdist.constants import LEGACY_KERAS, TASK_INDEX, TASK_TYPE, TF_CONFIG
 from tfdist.errors import UsageError
-from tfdist.launch.hostlist import expand_hostlist, expand_tasks_per_node
-from tfdist.launch.tf_config import ALL_ROLES, make_tf_config
 
 SOURCES = ("auto", "env", "slurm", "k8s")
 
@@ -53,14 +56,20 @@ DEFAULT_K8S_PORT = 2222
 
 
 def resolve_tf_config(environ: Mapping[str, str], source: str = "auto") -> dict | None:
-    """The TF_CONFIG dictionary this process should use.
+    """The TF_CONFIG dictionary this process should use (see :func:`resolve_cluster`)."""
+    resolved = resolve_cluster(environ, source)
+    return resolved.to_dict() if resolved is not None else None
+
+
+def resolve_cluster(environ: Mapping[str, str], source: str = "auto") -> TfConfig | None:
+    """The TF_CONFIG this process should use.
 
     Args:
         environ: the process environment (``os.environ`` or a test's dictionary).
         source: ``auto`` (TF_CONFIG if set, else Slurm, else Kubernetes), or one of ``env``, ``slurm``, ``k8s``.
 
     Returns:
-        The TF_CONFIG dictionary, or None when ``auto`` finds nothing that describes a cluster (a plain process,
+        The validated TF_CONFIG, or None when ``auto`` finds nothing that describes a cluster (a plain process,
         a one-task Slurm step, or a batch shell outside ``srun``).
 
     Raises:
@@ -92,50 +101,41 @@ def detect_source(environ: Mapping[str, str]) -> str | None:
 # ---------------------------------------------------------------------------------------------------- TF_CONFIG
 
 
-def _from_tf_config(environ: Mapping[str, str], *, required: bool) -> dict | None:
+def _from_tf_config(environ: Mapping[str, str], *, required: bool) -> TfConfig | None:
     text = environ.get(TF_CONFIG, "").strip()
     if not text:
         if required:
             raise UsageError("TF_CONFIG is not set", hint="export TF_CONFIG or use --from auto")
         return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as bad:
-        raise UsageError(f"TF_CONFIG is not valid JSON: {bad.msg} at position {bad.pos}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cluster", {}), dict):
-        raise UsageError("TF_CONFIG must be a JSON object whose 'cluster' is an object")
-    task = data.get("task") or {}
-    if not isinstance(task, dict):
-        raise UsageError("TF_CONFIG 'task' must be an object with 'type' and 'index'")
-    cluster = data.get("cluster") or {}
-    if task and cluster:
-        # Check the task against the cluster, the mismatch TensorFlow reports least clearly. An evaluator may or
-        # may not be listed (TFJob lists it), so only a listed role is checked.
-        role = str(task.get("type", "worker"))
-        try:
-            index = int(task.get("index", 0))
-        except (TypeError, ValueError):
-            raise UsageError(f"TF_CONFIG task index {task.get('index')!r} is not an integer") from None
-        members = cluster.get(role)
-        if role != "evaluator" and not (isinstance(members, list) and 0 <= index < len(members)):
-            raise UsageError(f"TF_CONFIG task {role}:{index} is not in its cluster",
-                             hint="the task's type and index must name one of the cluster's addresses")
-    return data
+    return TfConfig.parse(text, TF_CONFIG)
 
 
 # -------------------------------------------------------------------------------------------------------- Slurm
 
 
-def _int(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+_DIGITS = re.compile(f"[0-9]{{1,{MAX_DIGITS}}}")
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
+
+
+def _int(environ: Mapping[str, str], name: str, default: int | None = None, *, high: int = MAX_TASKS) -> int:
+    """A count or index from the environment, from 0 to ``high``: anything larger is a typo or hostile."""
     raw = environ.get(name, "").strip()
     if not raw:
         if default is None:
             raise UsageError(f"{name} is not set")
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"{name}={raw!r} is not an integer") from None
+    if not _DIGITS.fullmatch(raw) or int(raw) > high:
+        raise UsageError(f"{name}={raw[:40]!r} is not an integer from 0 to {high}")
+    return int(raw)
+
+
+def _dns_name(environ: Mapping[str, str], name: str) -> str:
+    """A Kubernetes name from the environment; it becomes part of every task's address."""
+    value = environ.get(name, "").strip()
+    if value and (len(value) > 253 or not _DNS_NAME.fullmatch(value)):
+        raise UsageError(f"{name}={value[:60]!r} is not a Kubernetes DNS name",
+                         hint="lower-case letters, digits, '-' and '.'")
+    return value
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:
@@ -153,12 +153,10 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
 def slurm_port_base(environ: Mapping[str, str]) -> int:
     """``TFDIST_SLURM_PORT_BASE``, else a base derived from ``SLURM_JOB_ID`` (see the module docstring)."""
     if environ.get(SLURM_PORT_BASE, "").strip():
-        base = _int(environ, SLURM_PORT_BASE)
+        base = check_port(environ[SLURM_PORT_BASE], SLURM_PORT_BASE)
     else:
-        base = 20000 + 10 * (_int(environ, "SLURM_JOB_ID", 0) % 1000)
-    if not 1 <= base <= 65535:
-        raise UsageError(f"{SLURM_PORT_BASE}={base} is not a port number")
-    return base
+        base = 20000 + 10 * (_int(environ, "SLURM_JOB_ID", 0, high=10**MAX_DIGITS) % 1000)
+    return check_port(base, SLURM_PORT_BASE)
 
 
 def _rank_placement(counts: list[int], distribution: str) -> list[tuple[int, int]]:
@@ -177,7 +175,7 @@ def _rank_placement(counts: list[int], distribution: str) -> list[tuple[int, int
                     placement.append((node, used[node]))
                     used[node] += 1
     else:
-        raise UsageError(f"SLURM_DISTRIBUTION={distribution!r} is not supported for TF_CONFIG",
+        raise UsageError(f"SLURM_DISTRIBUTION={distribution[:40]!r} is not supported for TF_CONFIG",
                          hint="use srun --distribution=block (the default) or cyclic")
     return placement
 
@@ -196,7 +194,15 @@ def _slurm_roles(environ: Mapping[str, str], ntasks: int) -> list[tuple[str, int
     return roles
 
 
-def _from_slurm(environ: Mapping[str, str], *, required: bool) -> dict | None:
+def _named(name: str, expand, text: str):
+    """``expand(text)``, its errors prefixed with the variable ``text`` came from."""
+    try:
+        return expand(text)
+    except UsageError as bad:
+        raise UsageError(f"{name}: {bad.message}", hint=bad.hint) from None
+
+
+def _from_slurm(environ: Mapping[str, str], *, required: bool) -> TfConfig | None:
     nodelist = _first(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     rank_text = environ.get("SLURM_PROCID", "").strip()
     in_step = bool(environ.get("SLURM_STEP_ID", "").strip() or environ.get("SLURM_STEP_NODELIST", "").strip())
@@ -205,9 +211,14 @@ def _from_slurm(environ: Mapping[str, str], *, required: bool) -> dict | None:
             raise UsageError("not inside a Slurm task started by srun (no SLURM_STEP_ID / SLURM_PROCID)",
                              hint="start each task with srun")
         return None
-    hosts = expand_hostlist(nodelist[1])
+    hosts = _named(nodelist[0], expand_hostlist, nodelist[1])
+    for host in hosts:
+        check_host(host, nodelist[0])
     per_node = _first(environ, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-    counts = expand_tasks_per_node(per_node[1]) if per_node else [1] * len(hosts)
+    counts = _named(per_node[0], expand_tasks_per_node, per_node[1]) if per_node else [1] * len(hosts)
+    if sum(counts) > MAX_TASKS:
+        raise UsageError(f"{per_node[0] if per_node else nodelist[0]} adds up to {sum(counts)} tasks, "
+                         f"more than {MAX_TASKS}")
     if len(counts) != len(hosts):
         raise UsageError(f"{nodelist[0]} names {len(hosts)} nodes but "
                          f"{per_node[0] if per_node else 'the task counts'} describe {len(counts)}")
@@ -225,24 +236,24 @@ def _from_slurm(environ: Mapping[str, str], *, required: bool) -> dict | None:
     # Slurm tells each task where it runs: disagreeing means our layout would give wrong addresses.
     own_node = environ.get("SLURMD_NODENAME", "").strip()
     if own_node and own_node != hosts[node]:
-        raise UsageError(f"rank {rank} should run on {hosts[node]} but SLURMD_NODENAME={own_node}",
+        raise UsageError(f"rank {rank} should run on {hosts[node]} but SLURMD_NODENAME={own_node[:60]!r}",
                          hint="use the default block distribution or set TF_CONFIG yourself")
     local_id = environ.get("SLURM_LOCALID", "").strip()
-    if local_id and local_id.isdigit() and int(local_id) != offset:
-        raise UsageError(f"rank {rank} should have local id {offset} but SLURM_LOCALID={local_id}",
+    if local_id and _DIGITS.fullmatch(local_id) and int(local_id) != offset:
+        raise UsageError(f"rank {rank} should have local id {offset} but SLURM_LOCALID={local_id[:20]!r}",
                          hint="use the default block distribution or set TF_CONFIG yourself")
 
     base = slurm_port_base(environ)
     if base + max(counts) - 1 > 65535:
         raise UsageError(f"port base {base} + {max(counts)} tasks per node runs past port 65535")
-    addresses = [f"{hosts[n]}:{base + k}" for n, k in placement]
+    addresses = [format_address(hosts[n], base + k) for n, k in placement]
     roles = _slurm_roles(environ, ntasks)
     cluster: dict[str, list[str]] = {}
     for (role, _), address in zip(roles, addresses):
         if role != "evaluator":
             cluster.setdefault(role, []).append(address)
     task_type, task_index = roles[rank]
-    return make_tf_config(cluster, task_type, task_index)
+    return TfConfig.build(cluster, task_type, task_index)
 
 
 # --------------------------------------------------------------------------------------------------- Kubernetes
@@ -256,16 +267,18 @@ def parse_replicas(text: str) -> dict[str, int]:
             continue
         role, sep, count = piece.partition("=")
         role = role.strip()
-        if not sep or role not in ALL_ROLES or not count.strip().isdigit():
-            raise UsageError(f"bad {K8S_REPLICAS} entry {piece!r}", hint="expected e.g. chief=1,worker=2,ps=1")
+        if not sep or role not in ALL_ROLES or not _DIGITS.fullmatch(count.strip()):
+            raise UsageError(f"bad {K8S_REPLICAS} entry {piece[:40]!r}", hint="expected e.g. chief=1,worker=2,ps=1")
         if int(count) > 0:
             replicas[role] = int(count)
+        if sum(replicas.values()) > MAX_TASKS:
+            raise UsageError(f"{K8S_REPLICAS} asks for more than {MAX_TASKS} tasks")
     if not replicas.get("chief") and not replicas.get("worker"):
-        raise UsageError(f"{K8S_REPLICAS}={text!r} has no chief and no worker")
+        raise UsageError(f"{K8S_REPLICAS}={text[:60]!r} has no chief and no worker")
     return replicas
 
 
-def _from_k8s(environ: Mapping[str, str], *, required: bool) -> dict | None:
+def _from_k8s(environ: Mapping[str, str], *, required: bool) -> TfConfig | None:
     index_text = environ.get(JOB_COMPLETION_INDEX, "").strip()
     replicas_text = environ.get(K8S_REPLICAS, "").strip()
     if not index_text or not replicas_text:
@@ -276,13 +289,13 @@ def _from_k8s(environ: Mapping[str, str], *, required: bool) -> dict | None:
         return None
     index = _int(environ, JOB_COMPLETION_INDEX)
     replicas = parse_replicas(replicas_text)
-    port = _int(environ, K8S_PORT, DEFAULT_K8S_PORT)
-    jobset = environ.get(JOBSET_NAME, "").strip()
+    port = check_port(environ.get(K8S_PORT, "").strip() or DEFAULT_K8S_PORT, K8S_PORT)
+    jobset = _dns_name(environ, JOBSET_NAME)
     if jobset:
-        subdomain = environ.get(K8S_SUBDOMAIN, "").strip() or jobset
+        subdomain = _dns_name(environ, K8S_SUBDOMAIN) or jobset
         role = environ.get(REPLICATED_JOB_NAME, "").strip()
         if role not in replicas:
-            raise UsageError(f"{REPLICATED_JOB_NAME}={role!r} is not one of the roles in {K8S_REPLICAS} "
+            raise UsageError(f"{REPLICATED_JOB_NAME}={role[:40]!r} is not one of the roles in {K8S_REPLICAS} "
                              f"({', '.join(replicas)})")
 
         def host(r: str, i: int) -> str:
@@ -292,8 +305,8 @@ def _from_k8s(environ: Mapping[str, str], *, required: bool) -> dict | None:
             raise UsageError(f"{JOB_COMPLETION_INDEX}={index} is outside 0..{replicas[role] - 1} for {role}")
         task_type, task_index = role, index
     else:
-        job = environ.get(K8S_JOB_NAME, "").strip()
-        subdomain = environ.get(K8S_SUBDOMAIN, "").strip()
+        job = _dns_name(environ, K8S_JOB_NAME)
+        subdomain = _dns_name(environ, K8S_SUBDOMAIN)
         if not job or not subdomain:
             raise UsageError(f"an Indexed Job needs {K8S_JOB_NAME} and {K8S_SUBDOMAIN} "
                              f"(or {JOBSET_NAME} under a JobSet)", hint="use the manifests `tfdist k8s` writes")
@@ -307,7 +320,7 @@ def _from_k8s(environ: Mapping[str, str], *, required: bool) -> dict | None:
             raise UsageError(f"{JOB_COMPLETION_INDEX}={index} is outside 0..{len(order) - 1}")
         task_type, task_index = order[index]
     cluster = {r: [host(r, i) for i in range(n)] for r, n in replicas.items() if r != "evaluator"}
-    return make_tf_config(cluster, task_type, task_index)
+    return TfConfig.build(cluster, task_type, task_index)
 
 
 # ---------------------------------------------------------------------------------------------- task environment
@@ -327,14 +340,13 @@ def task_environment(environ: Mapping[str, str], source: str = "auto", *,
         legacy_keras_available: whether ``tf_keras`` is importable (the caller checks, so this stays pure).
     """
     env = dict(environ)
-    resolved = resolve_tf_config(environ, source)
+    resolved = resolve_cluster(environ, source)
     if resolved is not None:
         if not env.get(TF_CONFIG, "").strip():
-            env[TF_CONFIG] = json.dumps(resolved, separators=(",", ":"))
-        task = resolved.get("task") or {}
-        if "type" in task:
-            env[TASK_TYPE] = str(task["type"])
-            env[TASK_INDEX] = str(task.get("index", 0))
+            env[TF_CONFIG] = resolved.to_json()
+        if resolved.task is not None:
+            env[TASK_TYPE] = resolved.task.type
+            env[TASK_INDEX] = str(resolved.task.index)
     if legacy_keras_available and LEGACY_KERAS not in env:
         env[LEGACY_KERAS] = "1"
     return env

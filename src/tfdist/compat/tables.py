@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfdist.doctor.versions import at_least, minor_of, vtuple
+from tfdist.compat.versions import at_least, minor_of, vtuple
 from tfdist.errors import UsageError
 
 # Read from the package folder directly: importlib.resources costs start-up time and the data is plain files.

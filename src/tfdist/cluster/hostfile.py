@@ -17,11 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from tfdist.cluster.address import check_host
 from tfdist.errors import UsageError
 
 MAX_SLOTS = 1024
-# An optional ssh user, then a DNS name or IPv4 address: full match, so nothing a shell would read survives.
-_HOST = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# An ssh user name (POSIX portable characters): full match, so nothing a shell or ssh would read survives.
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _SLOTS = re.compile(r"[0-9]{1,4}")
 
 
@@ -39,9 +40,11 @@ class HostEntry:
 
 
 def _host(text: str, where: str) -> str:
-    if not _HOST.fullmatch(text):
-        raise UsageError(f"{where}: {text!r} is not a host name", hint="write a DNS name or IPv4 address, "
-                         "optionally user@host")
+    """``[user@]host``, the host checked by the cluster model's one rule for host names."""
+    user, at, host = text.rpartition("@")
+    if at and not _USER.fullmatch(user):
+        raise UsageError(f"{where}: {user[:40]!r} is not a user name", hint="write user@host, or only the host")
+    check_host(host, where)
     return text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.hostlist import expand_hostlist, expand_tasks_per_node
+from tfdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 
 
 @pytest.mark.parametrize(("text", "hosts"), [

@@ -1,0 +1,10 @@
+"""Is tf-keras (Keras 2) installed? Keras 3 cannot run multi-worker ``fit``, so the launcher, ``tf-config --exec``
+and the runtime all select tf-keras when it is there; this is the one place that looks."""
+from __future__ import annotations
+
+import importlib.util
+
+
+def tf_keras_available() -> bool:
+    """Whether ``import tf_keras`` would find the package (it is not imported)."""
+    return importlib.util.find_spec("tf_keras") is not None

@@ -1,0 +1,347 @@
+"""The launcher-to-task protocol, both sides in one place: what the launcher tells a task (environment variables,
+rendered from a typed :class:`TaskPlan`), and what a task tells the launcher (a heartbeat record and an error record,
+versioned JSON files whose paths the plan names).
+
+Importable without TensorFlow and without the rest of ``tfdist.launch``: the runtime inside a training script, the
+launcher, the live view and the deploy generators all read the same definitions.
+
+Heartbeat file: one JSON object, rewritten atomically (write a temporary file, then ``os.replace``) at most every
+``TFDIST_HEARTBEAT_INTERVAL`` seconds while training; its modification time is what the hang watchdog reads::
+
+    {"v": 1, "step": 120, "time": 1764543000.5, "state": "training", "loss": 0.31, "total_steps": 400,
+     "examples": 7680}
+
+Error file: one JSON object, written when the script raises (``tfdist.runtime`` installs the hook)::
+
+    {"v": 1, "type": "ValueError", "message": "...", "traceback": "...", "time": 1764543000.5, "pid": 4242,
+     "host": "node1"}
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+from tfdist.errors import UsageError
+from tfdist.status import ExitStatus
+
+PROTOCOL_VERSION = 1
+# A task that saved its state after SIGTERM exits with this; the launcher restarts it without spending the budget.
+PREEMPTED_EXIT_CODE = int(ExitStatus.PREEMPTED)
+
+
+# -- the registry of every variable ----------------------------------------------------------------------------------
+class SetBy(str, Enum):
+    """Who sets a variable."""
+
+    LAUNCHER = "tfdist launch"  # for every task; the protocol: a user's --env cannot override it
+    LAUNCHER_DEFAULT = "tfdist launch (default)"  # for every task, unless the user's --env or environment says otherwise
+    DEPLOY = "tfdist slurm/k8s"  # written into generated job files
+    USER = "you"  # optional tuning read by tfdist
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable tfdist sets or reads."""
+
+    name: str
+    set_by: SetBy
+    meaning: str
+
+    @property
+    def protected(self) -> bool:
+        """Part of the launcher's protocol: ``--env`` may not set it."""
+        return self.set_by is SetBy.LAUNCHER
+
+
+TF_CONFIG = "TF_CONFIG"
+TASK_TYPE = "TFDIST_TASK_TYPE"
+TASK_INDEX = "TFDIST_TASK_INDEX"
+RESTART_COUNT = "TFDIST_RESTART_COUNT"
+MAX_RESTARTS = "TFDIST_MAX_RESTARTS"
+RUN_ID = "TFDIST_RUN_ID"
+JOB_NAME = "TFDIST_JOB_NAME"
+ERROR_FILE = "TFDIST_ERROR_FILE"
+HEARTBEAT_FILE = "TFDIST_HEARTBEAT_FILE"
+METRICS_PORT = "TFDIST_METRICS_PORT"
+METRICS_HOST = "TFDIST_METRICS_HOST"
+WARM_START = "TFDIST_WARM_START"
+PROTOCOL = "TFDIST_PROTOCOL"
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+HEARTBEAT_INTERVAL = "TFDIST_HEARTBEAT_INTERVAL"
+WARM_PRELOAD = "TFDIST_WARM_PRELOAD"
+DEBUG = "TFDIST_DEBUG"
+MODEL_DIR = "TFDIST_MODEL_DIR"
+
+REGISTRY: tuple[EnvVar, ...] = (
+    EnvVar(TF_CONFIG, SetBy.LAUNCHER, "the cluster and this task's role, as JSON (TensorFlow reads it)"),
+    EnvVar(TASK_TYPE, SetBy.LAUNCHER, "chief, worker, ps or evaluator"),
+    EnvVar(TASK_INDEX, SetBy.LAUNCHER, "index of the task within its type"),
+    EnvVar(RESTART_COUNT, SetBy.LAUNCHER, "how many times the group was restarted before this attempt (0 first)"),
+    EnvVar(MAX_RESTARTS, SetBy.LAUNCHER, "the launcher's restart budget"),
+    EnvVar(RUN_ID, SetBy.LAUNCHER, "one id for the whole launch, shared by all tasks and attempts"),
+    EnvVar(JOB_NAME, SetBy.LAUNCHER, "the job's label (--job-name), used in logs and metrics"),
+    EnvVar(ERROR_FILE, SetBy.LAUNCHER, "where the runtime writes the error record when the script raises"),
+    EnvVar(HEARTBEAT_FILE, SetBy.LAUNCHER, "where the runtime writes the heartbeat record while training"),
+    EnvVar(METRICS_PORT, SetBy.LAUNCHER, "with --metrics-port: the port this task serves /metrics and /healthz on"),
+    EnvVar(METRICS_HOST, SetBy.LAUNCHER, "with --metrics-port: the address those endpoints bind"),
+    EnvVar(WARM_START, SetBy.LAUNCHER, "1 in a task that started from a warm spare"),
+    EnvVar(PROTOCOL, SetBy.LAUNCHER, "version of the heartbeat and error records the launcher reads"),
+    EnvVar(LEGACY_KERAS, SetBy.LAUNCHER_DEFAULT, "1 when tf-keras is installed (Keras 3 cannot run multi-worker fit)"),
+    EnvVar(CUDA_VISIBLE_DEVICES, SetBy.LAUNCHER_DEFAULT, "this task's share of the local GPUs (when GPUs are present)"),
+    EnvVar("TF_NUM_INTEROP_THREADS", SetBy.LAUNCHER_DEFAULT,
+           "TensorFlow's inter-op thread pool, capped to this task's share of the CPU cores"),
+    EnvVar("TF_NUM_INTRAOP_THREADS", SetBy.LAUNCHER_DEFAULT,
+           "TensorFlow's intra-op thread pool, capped to this task's share of the CPU cores"),
+    EnvVar("OMP_NUM_THREADS", SetBy.LAUNCHER_DEFAULT, "OpenMP threads, capped to this task's share of the CPU cores"),
+    EnvVar(MODEL_DIR, SetBy.DEPLOY, "checkpoints and TensorBoard logs, on storage every node sees"),
+    EnvVar("TFDIST_SLURM_PORT_BASE", SetBy.DEPLOY, "first port of this Slurm job's tasks on each node"),
+    EnvVar("TFDIST_SLURM_CHIEF", SetBy.DEPLOY, "1: Slurm rank 0 is the chief"),
+    EnvVar("TFDIST_SLURM_PS", SetBy.DEPLOY, "K: the K Slurm ranks after the workers are parameter servers"),
+    EnvVar("TFDIST_SLURM_EVALUATOR", SetBy.DEPLOY, "1: the last Slurm rank is the evaluator"),
+    EnvVar("TFDIST_K8S_REPLICAS", SetBy.DEPLOY, "Kubernetes replica counts, e.g. chief=1,worker=2"),
+    EnvVar("TFDIST_K8S_PORT", SetBy.DEPLOY, "the port every Kubernetes task listens on (default 2222)"),
+    EnvVar("TFDIST_K8S_SUBDOMAIN", SetBy.DEPLOY, "the headless service naming the Kubernetes pods"),
+    EnvVar("TFDIST_K8S_JOB_NAME", SetBy.DEPLOY, "the Indexed Job's name (downward API)"),
+    EnvVar(DEBUG, SetBy.USER, "1: show Python tracebacks instead of one-line errors"),
+    EnvVar(HEARTBEAT_INTERVAL, SetBy.USER, "seconds between heartbeat writes (default 0.5)"),
+    EnvVar(WARM_PRELOAD, SetBy.USER, "modules a warm spare imports ahead, comma-separated (default tensorflow)"),
+    EnvVar("TFDIST_HEALTH_STALL_SECONDS", SetBy.USER, "/healthz fails after this long without a step (default 300)"),
+    EnvVar("TFDIST_HEALTH_STARTUP_SECONDS", SetBy.USER, "/healthz allows this long before the first step (default 900)"),
+    EnvVar("TFDIST_SAVE_EVERY_STEPS", SetBy.USER, "fault-tolerance backup interval in steps (default 100)"),
+    EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 300)"),
+    EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
+)
+VARIABLES: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}
+PROTECTED: frozenset[str] = frozenset(v.name for v in REGISTRY if v.protected)
+# Flags have environment twins TFDIST_<COMMAND>_<FLAG>; they are listed by --help, not here.
+FLAG_TWIN_PATTERN = "TFDIST_<COMMAND>_<FLAG>"
+
+TABLE_BEGIN = "<!-- tfdist:env-table:begin (generated by python -m tfdist.launch.protocol) -->"
+TABLE_END = "<!-- tfdist:env-table:end -->"
+
+
+def render_env_table() -> str:
+    """The README's table of variables (Markdown), generated from :data:`REGISTRY`."""
+    rows = ["| Variable | Set by | Meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {v.set_by.value} | {v.meaning} |" for v in REGISTRY]
+    rows.append(f"| `{FLAG_TWIN_PATTERN}` | you | every flag's twin, e.g. `TFDIST_LAUNCH_WORKERS` (see `--help`) |")
+    return "\n".join(rows)
+
+
+def refuse_protected(names: Iterable[str], *, flag: str = "--env") -> None:
+    """Raise when a user-supplied variable would override the protocol.
+
+    Raises:
+        UsageError: ``names`` holds a protected variable (the first one is named).
+    """
+    for name in names:
+        if name in PROTECTED:
+            raise UsageError(f"{flag} {name}: tfdist launch sets this variable itself (it is how the launcher and "
+                             "the task talk)", hint=f"leave {name} out of {flag}")
+
+
+# -- the command a task runs ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """What every task runs: ``interpreter -u target args`` (a script), ``interpreter -u -m target args`` (a
+    module), or ``target args`` (a program, no interpreter)."""
+
+    target: str
+    args: tuple[str, ...] = ()
+    interpreter: str | None = None  # the Python to run the script with; None: run target itself
+    module: bool = False
+
+    @property
+    def is_python(self) -> bool:
+        return self.interpreter is not None
+
+    def argv(self) -> list[str]:
+        if self.interpreter is None:
+            return [self.target, *self.args]
+        return [self.interpreter, "-u", *(["-m"] if self.module else []), self.target, *self.args]
+
+    def script_argv(self) -> list[str]:
+        """What a warm spare (already running the interpreter) runs: ``[script, args]`` or ``[-m, module, args]``."""
+        return [*(["-m"] if self.module else []), self.target, *self.args]
+
+    @property
+    def program(self) -> str:
+        """The file exec'd: the interpreter, or the program itself."""
+        return self.interpreter or self.target
+
+
+# -- what the launcher tells one task ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task as it will be started; :meth:`environment` renders the variables it gets on top of the launcher's."""
+
+    task_type: str
+    task_index: int
+    address: str
+    tf_config: str
+    command: Command
+    run_id: str
+    attempt: int
+    max_restarts: int
+    job_name: str
+    heartbeat_path: str
+    error_path: str
+    metrics_port: int | None = None
+    metrics_host: str | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # launcher defaults, then the user's --env
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}:{self.task_index}"
+
+    def protocol_env(self) -> dict[str, str]:
+        env = {
+            TF_CONFIG: self.tf_config, TASK_TYPE: self.task_type, TASK_INDEX: str(self.task_index),
+            RESTART_COUNT: str(self.attempt), MAX_RESTARTS: str(self.max_restarts), RUN_ID: self.run_id,
+            JOB_NAME: self.job_name, ERROR_FILE: self.error_path, HEARTBEAT_FILE: self.heartbeat_path,
+            PROTOCOL: str(PROTOCOL_VERSION),
+        }
+        if self.metrics_port is not None:
+            env[METRICS_PORT] = str(self.metrics_port)
+            env[METRICS_HOST] = self.metrics_host or "127.0.0.1"
+        return env
+
+    def environment(self) -> dict[str, str]:
+        """Every variable this task gets on top of the launcher's own; the protocol's cannot be overridden."""
+        refuse_protected(self.extra_env)
+        return {**self.extra_env, **self.protocol_env()}
+
+
+# -- what a task tells the launcher -----------------------------------------------------------------------------------
+class TaskState(str, Enum):
+    TRAINING = "training"
+    FINISHED = "finished"  # training ended: saving and evaluating afterwards send no beats
+
+
+@dataclass(frozen=True)
+class HeartbeatRecord:
+    step: int | None
+    time: float
+    state: TaskState = TaskState.TRAINING
+    loss: float | None = None
+    total_steps: int | None = None  # known when epochs x steps per epoch is
+    examples: int | None = None
+    v: int = PROTOCOL_VERSION
+
+    @property
+    def finished(self) -> bool:
+        return self.state is TaskState.FINISHED
+
+    def to_json(self) -> str:
+        data = {k: v for k, v in asdict(self).items() if v is not None}
+        data["state"] = self.state.value
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    type: str
+    message: str
+    traceback: str = ""
+    time: float = 0.0
+    pid: int | None = None
+    host: str = ""
+    v: int = PROTOCOL_VERSION
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorRecord:
+        return cls(type=type(exc).__name__, message=str(exc),
+                   traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                   time=time.time(), pid=os.getpid(), host=socket.gethostname())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _write_atomically(path: str, text: str) -> bool:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:  # reporting must never break the training it reports on
+        return False
+    return True
+
+
+def write_heartbeat(path: str, record: HeartbeatRecord) -> bool:
+    return _write_atomically(path, record.to_json() + "\n")
+
+
+def write_error(path: str, record: ErrorRecord) -> bool:
+    return _write_atomically(path, record.to_json())
+
+
+_MAX_RECORD_BYTES = 1 << 20  # a record is small; never read a huge or hostile file whole
+_LEGACY_HEARTBEAT = re.compile(r"(\d{1,18})? ?(finished)?")  # "<step>" or "<step> finished" (before version 1)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(_MAX_RECORD_BYTES)
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_heartbeat(path: str) -> HeartbeatRecord | None:
+    """The task's last heartbeat, or None when it wrote none (yet) or wrote something unreadable."""
+    data = _read_json(path)
+    if isinstance(data, str):
+        match = _LEGACY_HEARTBEAT.fullmatch(data.strip())
+        if not match or not data.strip():
+            return None
+        step = int(match.group(1)) if match.group(1) else None
+        return HeartbeatRecord(step=step, time=0.0, state=TaskState.FINISHED if match.group(2) else
+                               TaskState.TRAINING, v=0)
+    if isinstance(data, int) and not isinstance(data, bool):
+        return HeartbeatRecord(step=_int(data), time=0.0, v=0)
+    if not isinstance(data, dict):
+        return None
+    try:
+        state = TaskState(data.get("state", TaskState.TRAINING.value))
+    except ValueError:
+        state = TaskState.TRAINING
+    return HeartbeatRecord(step=_int(data.get("step")), time=_float(data.get("time")) or 0.0, state=state,
+                           loss=_float(data.get("loss")), total_steps=_int(data.get("total_steps")),
+                           examples=_int(data.get("examples")), v=_int(data.get("v")) or 0)
+
+
+def read_error(path: str) -> ErrorRecord | None:
+    """The task's error record, or None when it wrote none (it did not use tfdist.runtime, or was killed)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        return None
+    return ErrorRecord(type=str(data.get("type") or "Error"), message=str(data.get("message") or ""),
+                       traceback=str(data.get("traceback") or ""),
+                       time=_float(data.get("time", data.get("timestamp"))) or 0.0, pid=_int(data.get("pid")),
+                       host=str(data.get("host") or ""), v=_int(data.get("v")) or 0)
+
+
+if __name__ == "__main__":  # regenerate the README's table
+    print(render_env_table())

@@ -1,0 +1,138 @@
+"""Each fact lives in one place: TF_CONFIG is parsed only in tfdist.cluster, the leader rule is written once, tf-keras
+is looked up once, the preemption exit code defined once; and the layers import only downwards. These scan the
+source, so a new copy or a new crossing anywhere fails here."""
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import tfdist
+
+SRC = Path(tfdist.__file__).resolve().parent
+CLUSTER = SRC / "cluster"
+
+
+@functools.lru_cache(maxsize=1)
+def _modules() -> tuple[tuple[Path, ast.AST], ...]:
+    return tuple((path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+                 for path in sorted(SRC.rglob("*.py")))
+
+
+def _mentions_tf_config(node: ast.AST) -> bool:
+    """Whether an expression names the TF_CONFIG variable (the literal or the constants' name)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and sub.value == "TF_CONFIG":
+            return True
+        if isinstance(sub, ast.Name) and sub.id == "TF_CONFIG":
+            return True
+        if isinstance(sub, ast.Attribute) and sub.attr == "TF_CONFIG":
+            return True
+    return False
+
+
+def _is_call_to(node: ast.Call, names: set[str]) -> bool:
+    func = node.func
+    return (isinstance(func, ast.Attribute) and func.attr in names) or (isinstance(func, ast.Name) and func.id in names)
+
+
+def _tf_config_parsers(tree: ast.AST) -> list[int]:
+    """Lines where TF_CONFIG's text is decoded: json.loads/json.load over an expression that names TF_CONFIG,
+    or over a name assigned from a read of TF_CONFIG in the same function."""
+    lines = []
+    for scope in ast.walk(tree):
+        if not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        tainted = set()
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Assign) and _mentions_tf_config(node.value):
+                tainted.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Call) and _is_call_to(node, {"loads", "load", "literal_eval"}):
+                args = list(node.args) + [k.value for k in node.keywords]
+                if any(_mentions_tf_config(a) or any(isinstance(n, ast.Name) and n.id in tainted
+                                                     for n in ast.walk(a)) for a in args):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_only_the_cluster_package_parses_tf_config():
+    offenders = [f"{path.relative_to(SRC)}:{line}" for path, tree in _modules() if CLUSTER not in path.parents
+                 for line in _tf_config_parsers(tree)]
+    assert offenders == []
+
+
+def test_the_scan_would_catch_a_parser():
+    # The detector itself must fire on the shapes the old code had, or the test above proves nothing.
+    samples = [
+        "import json, os\nx = json.loads(os.environ['TF_CONFIG'])",
+        "import json\ndef f(env):\n    text = env.get(C.TF_CONFIG, '')\n    return json.loads(text)",
+        "import json\ndef f(env):\n    return json.loads(env.get(TF_CONFIG) or '{}').get('task')",
+    ]
+    for sample in samples:
+        assert _tf_config_parsers(ast.parse(sample)), sample
+    assert not _tf_config_parsers(ast.parse("import json\nx = json.loads(open('f').read())"))
+
+
+def test_the_leader_rule_is_written_once():
+    # The rule's shape: a TaskId("chief", 0) / TaskId("worker", 0) pair. Only roles.py may build it.
+    owners = []
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and _is_call_to(node, {"TaskId"}) and len(node.args) == 2
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "chief"):
+                owners.append(str(path.relative_to(SRC)))
+    assert sorted(set(owners)) == ["cluster/roles.py"]
+
+
+def test_tf_keras_is_looked_up_once():
+    owners = [str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and node.value == "tf_keras"]
+    assert sorted(set(owners)) == ["compat/keras.py"]
+
+
+def test_the_preemption_exit_code_is_defined_once():
+    owners = [str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+              if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PREEMPTED_EXIT_CODE"
+                                                      for t in node.targets)]
+    assert owners == ["launch/protocol.py"]
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+# package -> what it must never import (lazily or not)
+LAYERS = {
+    "cluster": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+    "compat": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+    "observability": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy"),
+    "launch": ("tfdist.runtime", "tfdist.doctor"),
+    "deploy": ("tfdist.doctor", "tfdist.runtime"),
+    "runtime": ("tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+}
+# The task protocol is shared by the launcher and the runtime by design (it imports nothing else of tfdist.launch).
+ALLOWED = ("tfdist.launch.protocol",)
+
+
+def _allowed(name: str) -> bool:
+    return any(name == a or name.startswith(a + ".") or a.startswith(name + ".") for a in ALLOWED)
+
+
+def test_layers_import_only_downwards():
+    crossings = []
+    for path, tree in _modules():
+        package = path.relative_to(SRC).parts[0]
+        for name in _imports(tree):
+            if _allowed(name):
+                continue
+            if any(name == banned or name.startswith(banned + ".") for banned in LAYERS.get(package, ())):
+                crossings.append(f"{path.relative_to(SRC)} imports {name}")
+    assert crossings == []
