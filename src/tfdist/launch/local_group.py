@@ -42,7 +42,8 @@ class LocalGroup:
         self.log_dir = log_dir
         self.timeouts = Timeouts(grace=grace_period)
         self.base_env = dict(os.environ if base_env is None else base_env)
-        spec = LaunchSpec(command=command, workers=len(workers), job_name=job, max_restarts=max_restarts,
+        # workers=slots: thread caps share this machine's cores among its own tasks (the layout gives the cluster).
+        spec = LaunchSpec(command=command, workers=slots, job_name=job, max_restarts=max_restarts,
                           env=tuple(env.items()), timeouts=self.timeouts)
         layout = ClusterLayout(worker=workers)
         indices = range(first_index, first_index + slots)
