@@ -163,6 +163,10 @@ class Machines:
         """Cut machine ``i`` off the network (its processes keep running, its packets go nowhere)."""
         _run("ip", "-n", self.ns(i), "link", "set", "eth0", "down")
 
+    def blackhole(self, i: int, j: int) -> None:
+        """Machine ``i`` can no longer send to machine ``j`` (a one-way partition; both stay on the network)."""
+        _run("ip", "-n", self.ns(i), "route", "add", "blackhole", f"{self.address(j)}/32")
+
     def reconnect(self, i: int) -> None:
         _run("ip", "-n", self.ns(i), "link", "set", "eth0", "up")
 

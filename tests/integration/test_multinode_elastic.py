@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tfdist.launch.protocol import read_heartbeat
 from tests.integration.multilib import TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values
 from tests.integration.netns import Machines, why_no_namespaces
 
@@ -19,11 +20,8 @@ SLOW_STEPS = ["--step-delay", "0.05"]
 
 
 def heartbeat_step(log_dir: str, round_: int, index: int) -> int | None:
-    try:
-        text = open(os.path.join(log_dir, f"round-{round_}", f"worker-{index}.heartbeat")).read().split()
-    except OSError:
-        return None
-    return int(text[0]) if text and text[0].isdigit() else None
+    record = read_heartbeat(os.path.join(log_dir, f"round-{round_}", f"worker-{index}.heartbeat"))
+    return None if record is None else record.step
 
 
 def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list[Agent], timeout: float = 180):

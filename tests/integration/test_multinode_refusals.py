@@ -75,6 +75,20 @@ def test_a_script_missing_on_one_host_is_named(tmp_path):
     assert machines.existing() == []
 
 
+@needs_ssh
+def test_hosts_that_cannot_reach_each_other_are_named(tmp_path):
+    with Machines(3, ssh=True) as machines:
+        machines.blackhole(3, 2)
+        driver = _driver(machines, tmp_path, "198.18.0.1,198.18.0.2,198.18.0.3")
+        assert driver.wait(120) == 2
+        line = _one_error_line(driver.err)
+        assert "hosts cannot reach each other" in line
+        assert re.search(r"from 198\.18\.0\.3 to 198\.18\.0\.2:\d+", line)
+        assert not re.search(r"from 198\.18\.0\.1 to", line)  # machine 1 reaches both
+        _nothing_started(machines, driver)
+    assert machines.existing() == []
+
+
 @pytest.mark.parametrize("second, message", [
     (["--rdzv-id", "another-job"], "job id 'another-job' does not match this rendezvous' job 'digits'"),
     (["--node-rank", "0"], "--node-rank 0 is already taken by 198.18.0.1"),

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Sequence
 
@@ -67,47 +66,106 @@ def _remote(spec: DriverSpec, argv: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------------------------------- preflight
 
 
-def _probe(spec: DriverSpec, entry: HostEntry) -> tuple[HostEntry, dict | None, str]:
-    shape, rest = _split_target(spec.target)
-    script = rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
-    remote = _remote(spec, [spec.python, "-m", "tfdist.launch.probe", script])
-    try:
-        done = subprocess.run(ssh_command(entry.host, remote), capture_output=True, text=True,
-                              timeout=PREFLIGHT_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return entry, None, f"no answer over ssh within {PREFLIGHT_TIMEOUT_S:g}s"
-    for line in done.stdout.splitlines():
-        if line.startswith("TFDIST-PROBE "):
-            return entry, json.loads(line.split(" ", 1)[1]), ""
-    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    if done.returncode == 255:
-        return entry, None, f"unreachable over ssh: {last}"
-    return entry, None, f"cannot run {spec.python} -m tfdist there: {last}"
+class _Session:
+    """One host's probe over ssh: its output lines, collected by a thread."""
+
+    def __init__(self, spec: DriverSpec, entry: HostEntry, rendezvous_ip: str) -> None:
+        shape, rest = _split_target(spec.target)
+        script = rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
+        remote = _remote(spec, [spec.python, "-m", "tfdist.launch.probe", "--mesh", rendezvous_ip, script])
+        self.entry = entry
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(ssh_command(entry.host, remote), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def answer(self, tag: str, deadline: float) -> dict | None:
+        """The JSON after ``tag``, or None once the session ended without it or the deadline passed."""
+        while True:
+            for line in list(self.lines):
+                if line.startswith(tag + " "):
+                    return json.loads(line.split(" ", 1)[1])
+            if self.proc.poll() is not None and not self._reader.is_alive() or time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+
+    def why_not(self) -> str:
+        if self.proc.poll() is None:
+            return f"no answer over ssh within {PREFLIGHT_TIMEOUT_S:g}s"
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        last = (err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1]
+        if self.proc.returncode == 255:
+            return f"unreachable over ssh: {last}"
+        return f"cannot run tfdist's probe there: {last}"
+
+    def send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def preflight(spec: DriverSpec) -> None:
-    """Every host reachable, the same versions everywhere, the script present at the same path.
+def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
+    """Every host reachable, the same versions everywhere, the script present at the same path, and every host's
+    address (the one its agent will advertise) reachable over TCP from every other host.
 
     Raises:
         UsageError: one message naming every host at fault (exit 2); nothing has been started.
     """
-    with ThreadPoolExecutor(max_workers=min(32, len(spec.hosts))) as pool:
-        results = list(pool.map(lambda e: _probe(spec, e), spec.hosts))
-    broken = [f"{e.host}: {why}" for e, report, why in results if report is None]
-    if broken:
-        raise UsageError("preflight: " + "; ".join(broken), hint="fix ssh access (BatchMode, keys in ~/.ssh) and "
-                         "install tfdist on every host")
-    reports = {e.host: r for e, r, _ in results if r is not None}
-    distinct = {json.dumps(r["versions"], sort_keys=True) for r in reports.values()}
-    if len(distinct) > 1:
-        listing = "; ".join(f"{host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
-                            for host, r in reports.items())
-        raise UsageError(f"preflight: versions differ between hosts: {listing}",
-                         hint="install the same Python, TensorFlow and tfdist on every host")
-    missing = [host for host, r in reports.items() if r.get("script") is False]
-    if missing:
-        raise UsageError(f"preflight: {_split_target(spec.target)[1][0]} is missing in {spec.cwd or os.getcwd()} on "
-                         f"{', '.join(missing)}", hint="copy the script to the same path on every host")
+    sessions = [_Session(spec, entry, rendezvous_ip) for entry in spec.hosts]
+    try:
+        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        reports = {s.entry.host: s.answer("TFDIST-PROBE", deadline) for s in sessions}
+        broken = [f"{s.entry.host}: {s.why_not()}" for s in sessions if reports[s.entry.host] is None]
+        if broken:
+            raise UsageError("preflight: " + "; ".join(broken), hint="fix ssh access (BatchMode, keys in ~/.ssh) "
+                             "and install tfdist on every host")
+        distinct = {json.dumps(r["versions"], sort_keys=True) for r in reports.values()}
+        if len(distinct) > 1:
+            listing = "; ".join(f"{host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
+                                for host, r in reports.items())
+            raise UsageError(f"preflight: versions differ between hosts: {listing}",
+                             hint="install the same Python, TensorFlow and tfdist on every host")
+        missing = [host for host, r in reports.items() if r.get("script") is False]
+        if missing:
+            raise UsageError(f"preflight: {_split_target(spec.target)[1][0]} is missing in "
+                             f"{spec.cwd or os.getcwd()} on {', '.join(missing)}",
+                             hint="copy the script to the same path on every host")
+        addresses = json.dumps([r["listen"] for r in reports.values()])
+        for session in sessions:
+            session.send(addresses)
+        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        unreachable = []
+        for session in sessions:
+            mesh = session.answer("TFDIST-MESH", deadline) or {"(all)": session.why_not()}
+            origin = reports[session.entry.host]["listen"].rpartition(":")[0]
+            unreachable += [f"from {origin} to {target} ({why})" for target, why in mesh.items() if why != "ok"]
+        if unreachable:
+            raise UsageError("preflight: hosts cannot reach each other: " + "; ".join(unreachable),
+                             hint="open TCP between the hosts (firewall, routes), or fix their addresses")
+    finally:
+        for session in sessions:
+            session.close()
 
 
 # ------------------------------------------------------------------------------------------------------- the run
@@ -127,9 +185,9 @@ def run(spec: DriverSpec) -> int:
     """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status."""
     if not spec.hosts:
         raise UsageError("no hosts to run on")
-    preflight(spec)
     first_ip = resolve(spec.hosts[0].name, "--hostfile")
     listen = route_address(first_ip)
+    preflight(spec, listen)
     server = RendezvousServer(spec.settings, listen, 0,
                               say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr, flush=True)).start()
     host, port = server.address
