@@ -113,6 +113,9 @@ class Agent:
                 sock = socket.create_connection((rdzv_ip, self.spec.endpoint_port), timeout=2.0)
                 break
             except OSError:
+                if self.spec.watch_stdin and _stdin_closed():
+                    raise _Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED)) \
+                        from None
                 if time.monotonic() > deadline or self._signal is not None:
                     raise TimeoutError(f"no rendezvous at {self.spec.endpoint_host}:{self.spec.endpoint_port} "
                                        f"within {self.spec.rdzv_timeout:g}s") from None
