@@ -1,7 +1,7 @@
 """A stand-in training task for launcher tests (no TensorFlow): behaves as its arguments say, per task.
 
     fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
-                 [--first-attempt-only] [--spawn-child]
+                 [--first-attempt-only] [--spawn-child] [--detach-child] [--startup-delay S] [--chatter N]
 
 Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
 """
@@ -32,7 +32,13 @@ def main() -> int:
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--bind", action="store_true", help="bind this task's TF_CONFIG address, as a TF server would")
     p.add_argument("--fail-delay", type=float, default=0.0, help="send heartbeats this long before failing")
+    p.add_argument("--detach-child", action="store_true", help="start a grandchild in its own session (setsid)")
+    p.add_argument("--startup-delay", type=float, default=0.0, help="sleep this long first, as a TF import would")
+    p.add_argument("--chatter", type=int, default=0, help="print this many 1 kB lines to stdout and stderr")
     args = p.parse_args()
+    if args.startup_delay:
+        print("starting up", flush=True)
+        time.sleep(args.startup_delay)
 
     info = runtime.cluster_info()
     me = f"{info.task_type}:{info.task_index}"
@@ -40,7 +46,8 @@ def main() -> int:
         import socket
 
         host, port = info.cluster[info.task_type][info.task_index].rsplit(":", 1)
-        server = socket.socket()
+        host = host.strip("[]")  # an IPv6 address is written in brackets
+        server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
             server.bind((host, int(port)))
         except OSError as bad:
@@ -54,12 +61,20 @@ def main() -> int:
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         record["child_pid"] = child.pid
-    with open(os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}-{attempt}.json"), "w") as f:
+    if args.detach_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        record["child_pid"] = child.pid
+    path = os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}-{attempt}.json")
+    with open(path + ".tmp", "w") as f:  # whole or not at all: tests read these while tasks start
         json.dump(record, f)
+    os.replace(path + ".tmp", path)
     print(f"hello from {me} attempt {attempt}", flush=True)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+    for i in range(args.chatter):
+        print(f"line {i} " + "x" * 1000, flush=True)
+        print(f"err {i} " + "y" * 1000, file=sys.stderr, flush=True)
     active = not args.first_attempt_only or attempt == 0
     heartbeat = Heartbeat(min_interval=0.0)
     if active and me in args.hang:

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from tests.conftest import REPO_ROOT
+from tfdist.launch.protocol import read_heartbeat
 
 DIGITS = str(REPO_ROOT / "examples" / "digits.py")
 EPOCHS, STEPS = 3, 40
@@ -60,12 +61,9 @@ class Job:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None and self.proc.poll() is None, "the job ended before the fault"
-            try:
-                text = path.read_text().strip()
-                if text.isdigit() and int(text) >= step:
-                    return int(text)
-            except OSError:
-                pass
+            beat = read_heartbeat(str(path))
+            if beat is not None and beat.step is not None and beat.step >= step:
+                return beat.step
             time.sleep(0.05)
         raise AssertionError(f"{task} never reached step {step} in attempt {attempt}")
 

@@ -61,10 +61,11 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
-    from tfdist.launch.preflight import keras_plan, resolve_command
+    from tfdist.launch.ports import check_ports, is_loopback
+    from tfdist.launch.preflight import check_log_dir, keras_plan, resolve_command
     from tfdist.launch.protocol import refuse_protected
     from tfdist.launch.spec import LaunchSpec, Timeouts
-    from tfdist.launch.taskenv import parse_env_pairs
+    from tfdist.launch.taskenv import count_tasks, parse_env_pairs
 
     multi = {name: flags.pop(name) for name in MULTI_FLAGS}
     if wants_multi(multi):
@@ -85,7 +86,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     refuse_protected(name for name, _ in env)
     timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
-                      timeouts=timeouts, **flags)  # type: ignore[arg-type]
+                      timeouts=timeouts, launcher_metrics_port=launcher_metrics_port, **flags)  # type: ignore[arg-type]
     if spec.metrics_port is not None:  # task i serves on metrics_port + i: all of them must be ports
         from tfdist.cluster import check_port_range
         from tfdist.launch.taskenv import count_tasks
@@ -94,10 +95,19 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
         return _dry_run(spec, legacy_keras)
+    if spec.log_dir is not None:
+        check_log_dir(spec.log_dir)
+    check_ports(spec, count_tasks(spec), launcher=True)  # every port, before anything starts
+    for flag, host in (("--host", spec.host), ("--metrics-host", spec.metrics_host)):
+        if not is_loopback(host):
+            print(f"tfdist: warning: {flag} {host} is reachable from other machines: anyone who can reach it can "
+                  "talk to the tasks", file=sys.stderr)
 
-    from tfdist.launch.outcome import Cause, render_report
+    from tfdist.launch.outcome import Cause, render_report, render_success
+    from tfdist.launch.reaper import become_subreaper
     from tfdist.launch.supervisor import Supervisor
 
+    become_subreaper()  # before the first child, so every descendant is ours to find
     launcher_metrics = None
     if launcher_metrics_port is not None:
         from tfdist.launch.metrics import LauncherMetrics
@@ -110,16 +120,13 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     finally:
         if launcher_metrics is not None:
             launcher_metrics.close()
-    final = result.final
     if result.succeeded:
-        print(f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)", file=sys.stderr)
-        return ExitStatus.SUCCESS
-    print(render_report(result), file=sys.stderr)
-    if final is not None and final.cause is Cause.PREEMPTED:
-        return ExitStatus.PREEMPTED
-    if final is not None and final.cause is Cause.INTERRUPTED:
-        return ExitStatus.CTRL_C
-    return ExitStatus.TASK_FAILED
+        print(render_success(result), file=sys.stderr)
+    elif result.cause is Cause.START_FAILED and result.final is not None and result.final.failure is not None:
+        return ExitStatus.USAGE  # the supervisor said it in one line; nothing ran
+    else:
+        print(render_report(result), file=sys.stderr)
+    return result.exit_status
 
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:

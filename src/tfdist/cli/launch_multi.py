@@ -122,6 +122,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                      node_address=multi["node_address"], node_name=multi["node_name"],
                      node_timeout=multi["node_timeout"], rdzv_timeout=multi["rdzv_timeout"],
                      first_round_wait=multi["rdzv_last_call"], grace_period=flags["grace_period"],
+                     hang_timeout=flags["hang_timeout"],
                      max_restarts=flags["max_restarts"], env=env, log_dir=flags["log_dir"],
                      legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
                      watch_stdin=multi["agent_watch_stdin"], versions=versions())
@@ -137,6 +138,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
 def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str, ...]) -> tuple[str, ...]:
     args = ["--node-timeout", str(multi["node_timeout"]), "--rdzv-timeout", str(multi["rdzv_timeout"]),
             "--rdzv-last-call", str(multi["rdzv_last_call"]), "--grace-period", str(flags["grace_period"]),
+            "--hang-timeout", str(flags["hang_timeout"]),
             "--max-restarts", str(flags["max_restarts"])]
     if multi["checkpoint_dir"]:
         args += ["--checkpoint-dir", multi["checkpoint_dir"]]

@@ -29,6 +29,7 @@ from tfdist.launch.local_group import LocalGroup
 from tfdist.launch.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.ports import free_ports
 from tfdist.launch.protocol import Command
+from tfdist.launch.spec import Timeouts
 from tfdist.launch.rdzv_server import RendezvousServer
 from tfdist.launch.rdzv_transfer import BackupStore
 from tfdist.status import ExitStatus
@@ -52,6 +53,7 @@ class AgentSpec:
     rdzv_timeout: float = 300.0
     first_round_wait: float = 3.0
     grace_period: float = 30.0
+    hang_timeout: float = 300.0
     max_restarts: int = 3
     env: tuple[tuple[str, str], ...] = ()
     log_dir: str | None = None
@@ -282,7 +284,7 @@ class Agent:
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
-            grace_period=self.spec.grace_period)
+            timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout))
         self.group.start()
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")

@@ -1,20 +1,21 @@
-"""This machine's workers for one round of a multi-machine job: start, poll, stop. Mechanism, no policy.
+"""This machine's workers for one round of a multi-machine job, on the single-machine launcher's own parts.
 
-The tasks are planned by the same builders as a single-machine launch (``taskenv.plan_tasks``) from the cluster
-the rendezvous sent, and started by the same process helpers (``procs``), so their environment, logs, heartbeat
-and error files are the ones the single-machine supervisor gives. Output is prefixed with the machine's node rank:
-``[node1 worker:3] ...``.
+The round's cluster comes from the rendezvous; the tasks are planned by ``taskenv.plan_tasks`` from a spec whose
+``cluster`` is that layout and whose ``local_tasks`` are this machine's, run by :class:`~tfdist.launch.group.TaskGroup`
+(start, poll into a snapshot, stop) and judged by the same pure rules, :func:`tfdist.launch.policy.decide` (the
+leader rule, an agent without the leader succeeding when its own workers exit 0, preemption, hangs, port races).
+What is left here is the translation into the three outcomes an agent reports. Output lines are prefixed with the
+machine's node rank: ``[node1 worker:3] ...``.
 """
 from __future__ import annotations
 
 import os
-import signal
 from typing import Mapping
 
-from tfdist.launch.outcome import describe_exit
-from tfdist.launch.procs import Console, TaskProcess, spawn, stop_all
-from tfdist.launch.protocol import PREEMPTED_EXIT_CODE as PREEMPTED
-from tfdist.launch.protocol import Command, read_error, read_heartbeat
+from tfdist.launch import policy
+from tfdist.launch.group import TaskGroup
+from tfdist.launch.procs import Console
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, Command
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.taskenv import plan_tasks
 from tfdist.launch.tf_config import ClusterLayout
@@ -32,74 +33,67 @@ class NodeConsole(Console):
 
 
 class LocalGroup:
-    """Workers ``first_index .. first_index + slots - 1`` of a ``world_size``-worker cluster, on this machine."""
+    """Workers ``first_index .. first_index + slots - 1`` of the cluster ``workers``, on this machine."""
 
     def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
-                 max_restarts: int, grace_period: float, base_env: Mapping[str, str] | None = None) -> None:
-        self.node_rank = node_rank
-        self.round = round_
-        self.log_dir = log_dir
-        self.timeouts = Timeouts(grace=grace_period)
-        self.base_env = dict(os.environ if base_env is None else base_env)
-        # workers=slots: thread caps share this machine's cores among its own tasks (the layout gives the cluster).
-        spec = LaunchSpec(command=command, workers=slots, job_name=job, max_restarts=max_restarts,
-                          env=tuple(env.items()), timeouts=self.timeouts)
+                 max_restarts: int, timeouts: Timeouts, base_env: Mapping[str, str] | None = None) -> None:
         layout = ClusterLayout(worker=workers)
-        indices = range(first_index, first_index + slots)
-        plans = plan_tasks(spec, layout, run_id=f"{job}-r{round_}", attempt=round_, log_dir=log_dir,
-                           legacy_keras=legacy_keras, environ=self.base_env)
-        self.plans = [p for p in plans if p.task_index in indices]
-        self.procs: list[TaskProcess] = []
+        local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
+        # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
+        self.spec = LaunchSpec(command=command, workers=slots, job_name=job, max_restarts=max_restarts,
+                               env=tuple(env.items()), timeouts=timeouts, cluster=layout, local_tasks=local,
+                               warm_spares=False)
+        environ = dict(os.environ if base_env is None else base_env)
+        plans = [p for p in plan_tasks(self.spec, layout, run_id=f"{job}-r{round_}", attempt=round_,
+                                       log_dir=log_dir, legacy_keras=legacy_keras, environ=environ)
+                 if p.name in local]
+        self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
+                               console=NodeConsole(node_rank))
         self.reported_training = False
-        self.console = NodeConsole(node_rank)
 
     def start(self) -> None:
-        os.makedirs(self.log_dir, exist_ok=True)
-        try:
-            for plan in self.plans:
-                log_path = os.path.join(self.log_dir, f"{plan.task_type}-{plan.task_index}.log")
-                self.procs.append(spawn(plan, attempt=self.round, base_env=self.base_env, log_path=log_path,
-                                        console=self.console))
-        except OSError:
-            stop_all(self.procs, 0.0)
-            raise
+        self.group.start()
 
     def describe(self) -> str:
-        return ", ".join(f"{p.name} pid {p.pid} {p.plan.address}" for p in self.procs)
+        return self.group.summary()
 
     def training(self) -> bool:
-        """Every local worker has sent a heartbeat (it trains, and its preemption handler is installed)."""
-        return all(os.path.exists(p.plan.heartbeat_path) for p in self.procs)
+        """Every local worker has sent a heartbeat: it trains, and its preemption handler is installed."""
+        snapshot = self.group.poll()
+        return bool(snapshot.tasks) and all(t.heartbeat is not None for t in snapshot.tasks if t.is_trainer)
 
     def step(self) -> int | None:
-        records = [read_heartbeat(p.plan.heartbeat_path) for p in self.procs]
-        steps = [r.step for r in records if r is not None and r.step is not None]
-        return max(steps) if steps else None
+        return self.group.poll().step
 
     def outcome(self) -> tuple[str, str] | None:
-        """None while running; else ``(succeeded|failed|preempted, detail)``. The first failure decides."""
-        codes = [p.poll() for p in self.procs]
-        for proc, code in zip(self.procs, codes):
-            if code is not None and code not in (0, PREEMPTED):
-                error = read_error(proc.plan.error_path)
-                detail = f"{proc.name} {describe_exit(code)}"
-                if error is not None:
-                    detail += f": {error.type}: {error.message[:200]}"
-                elif proc.stderr_tail:
-                    detail += f": {proc.stderr_tail[-1].strip()[:200]}"
-                return "failed", detail
-        if any(code is None for code in codes):
-            return None  # still running (after a 143 the others are saving too)
-        if all(code == 0 for code in codes):
-            return "succeeded", "all workers exited 0"
-        return "preempted", "workers saved and exited 143"
+        """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules."""
+        t = self.spec.timeouts
+        verdict = policy.decide(self.group.poll(stale_after=t.hang), self.spec)
+        if verdict.action is policy.Action.CONTINUE:
+            return None
+        if verdict.action is policy.Action.SUCCEED:
+            self.group.wait_for(("worker",), t.after_success, poll=t.poll)  # the others finish their last step
+            return "succeeded", "the workers here exited 0"
+        if verdict.action is policy.Action.PREEMPTED:
+            self.group.wait_for(("worker",), t.grace, poll=t.poll)  # the others are saving too
+            return "preempted", f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
+        failure = self.group.failure(verdict.culprit)
+        detail = failure.headline if failure is not None else str(verdict.culprit)
+        return "failed", f"{detail}{f' ({verdict.detail})' if verdict.detail else ''}"
 
     def stop(self, *, graceful: bool) -> str:
-        """Stop every local worker; returns ``preempted`` when all saved (exit 143), else ``stopped``."""
-        if graceful:
-            stop_all(self.procs, self.timeouts.grace)
-        else:  # peers of a failed or lost task cannot finish a collective: a short grace, then SIGKILL
-            stop_all(self.procs, min(self.timeouts.failure_grace, self.timeouts.grace), first_signal=signal.SIGTERM)
-        codes = [p.poll() for p in self.procs]
-        return "preempted" if codes and all(c in (PREEMPTED, 0) for c in codes) else "stopped"
+        """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
+
+        ``graceful``: SIGTERM and the full grace period, for the coordinated save. Otherwise a peer is gone or
+        failed and no collective can finish, so a short grace, then SIGKILL.
+        """
+        t = self.spec.timeouts
+        snapshot = self.group.poll()
+        if policy.nothing_to_save(snapshot, self.spec):
+            grace = t.untrained_grace
+        else:
+            grace = t.grace if graceful else min(t.failure_grace, t.grace)
+        self.group.stop(grace)
+        codes = [p.poll() for p in self.group.procs]
+        return "preempted" if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else "stopped"

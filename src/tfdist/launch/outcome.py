@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tfdist.launch.protocol import ErrorRecord
+from tfdist.status import ExitStatus
 
 
 class Cause(str, Enum):
@@ -20,6 +21,7 @@ class Cause(str, Enum):
     TASK_PREEMPTED = "task-preempted"  # a task got SIGTERM, the group saved and exited 143: restart, not a failure
     INTERRUPTED = "interrupted"  # Ctrl-C
     START_FAILED = "start-failed"  # the program could not be started at all
+    NEW_ROUND = "new-round"  # a per-machine agent was told to restart with a new cluster (elastic)
 
 
 def describe_exit(code: int | None) -> str:
@@ -44,9 +46,12 @@ class TaskFailure:
     log_path: str
     stderr_tail: tuple[str, ...] = ()
     error: ErrorRecord | None = None  # the runtime's error record, when the script raised
+    start_error: str | None = None  # it could not be started at all: the program and the reason
 
     @property
     def headline(self) -> str:
+        if self.start_error:
+            return f"{self.task} {self.start_error}"
         text = f"{self.task} (pid {self.pid}) {describe_exit(self.exit_code)}"
         if self.error:
             text += f": {self.error.type}: {self.error.message}"
@@ -69,6 +74,7 @@ class Attempt:
     failure: TaskFailure | None = None
     step_reached: int | None = None
     detail: str = ""
+    transient: bool = False  # failed the way a machine short of threads or processes does: worth a retry
 
 
 @dataclass
@@ -78,14 +84,27 @@ class LaunchResult:
     run_id: str
     log_dir: str
     attempts: list[Attempt] = field(default_factory=list)
+    stopped_by: Cause | None = None  # PREEMPTED or INTERRUPTED when a stop came between attempts (the back-off)
 
     @property
     def final(self) -> Attempt | None:
         return self.attempts[-1] if self.attempts else None
 
     @property
+    def cause(self) -> Cause | None:
+        """How the launch ended."""
+        if self.stopped_by is not None:
+            return self.stopped_by
+        return self.final.cause if self.final else None
+
+    @property
     def succeeded(self) -> bool:
-        return self.final is not None and self.final.cause is Cause.SUCCEEDED
+        return self.cause is Cause.SUCCEEDED
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return {Cause.SUCCEEDED: ExitStatus.SUCCESS, Cause.PREEMPTED: ExitStatus.PREEMPTED,
+                Cause.INTERRUPTED: ExitStatus.CTRL_C}.get(self.cause, ExitStatus.TASK_FAILED)  # type: ignore[arg-type]
 
     @property
     def restarts(self) -> int:
@@ -97,9 +116,13 @@ def render_report(result: LaunchResult) -> str:
     lines = [f"tfdist: job {result.run_id} did not succeed after {len(result.attempts)} attempt(s); "
              f"logs in {result.log_dir}", "attempts:"]
     for attempt in result.attempts:
-        who = f" {attempt.failure.task}: {describe_exit(attempt.failure.exit_code)}" if attempt.failure else ""
+        who = ""
+        if attempt.failure is not None:
+            who = f" {attempt.failure.task}: " + (attempt.failure.start_error or describe_exit(attempt.failure.exit_code))
         step = f", step {attempt.step_reached}" if attempt.step_reached is not None else ""
         detail = f" ({attempt.detail})" if attempt.detail else ""
+        if attempt.transient:
+            detail += " (looked transient" + (", retried)" if attempt is not result.final else ")")
         lines.append(f"  #{attempt.number}: {attempt.cause.value}{who}{detail}, {attempt.duration_s:.1f}s{step}")
     final = result.final
     if final is not None and final.failure is not None:
@@ -111,3 +134,13 @@ def render_report(result: LaunchResult) -> str:
             lines.append("  last lines of its stderr:" if not failure.error else "  traceback:")
             lines.extend("    " + line for line in tb.splitlines()[-25:])
     return os.linesep.join(lines)
+
+
+def render_success(result: LaunchResult) -> str:
+    """The closing line of a successful launch, naming attempts that failed in a way that looked transient."""
+    text = f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)"
+    transient = [a for a in result.attempts if a.transient]
+    for attempt in transient:
+        who = attempt.failure.headline if attempt.failure else attempt.cause.value
+        text += f"{os.linesep}tfdist: attempt #{attempt.number} failed in a way that looked transient ({who}); retried"
+    return text

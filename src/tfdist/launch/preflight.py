@@ -5,6 +5,7 @@ import importlib.metadata
 import os
 import shutil
 import sys
+import tempfile
 from typing import Mapping, Sequence
 
 from tfdist.compat.keras import tf_keras_available
@@ -34,6 +35,23 @@ def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
     if not os.path.isfile(head):
         raise UsageError(f"training script {head!r} does not exist", hint="check the path, or use -m MODULE")
     return Command(target=head, args=tuple(rest), interpreter=python)
+
+
+def check_log_dir(path: str) -> None:
+    """``--log-dir`` must be a folder we can create and write in.
+
+    Raises:
+        UsageError: it is a file, or cannot be created or written (read-only file system, permissions).
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--log-dir {path} is a file", hint="give a folder (it is created if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".tfdist-write-test-")  # noqa: SIM115
+        probe.close()
+    except OSError as error:
+        raise UsageError(f"--log-dir {path}: cannot write there ({error.strerror or error})",
+                         hint="give a writable folder") from None
 
 
 def _installed_version(dist: str) -> str | None:

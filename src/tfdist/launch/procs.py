@@ -52,8 +52,17 @@ class Console:
             try:
                 stream.write(f"{prefix} {line}")
                 stream.flush()
-            except (BrokenPipeError, ValueError):
+            except (OSError, ValueError):
                 self.enabled = False
+
+    def notice(self, line: str) -> None:
+        """A launcher message about the output itself: always on stderr, even when task output is not shown."""
+        with self._lock:
+            try:
+                (self.err or sys.stderr).write(line + "\n")
+                (self.err or sys.stderr).flush()
+            except (OSError, ValueError):
+                pass
 
 
 @dataclass
@@ -94,12 +103,18 @@ class TaskProcess:
 
 
 class _Route:
-    """Where a task's output goes. A spare's output is held back until it becomes a task and gets a name."""
+    """Where a task's output goes. A spare's output is held back until it becomes a task and gets a name.
+
+    Writing the log can fail (a full disk under --log-dir): the pump must go on draining the task's pipe anyway, or
+    the task blocks on its next write and the job hangs. The output is then dropped from the log (the console and the
+    stderr tail still get it) and the failure reported once.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: list[tuple[bytes, bool]] = []
         self._target: tuple[str, IO[bytes], Console, deque[str]] | None = None
+        self.log_error: OSError | None = None
 
     def attach(self, prefix: str, log: IO[bytes], console: Console, tail: deque[str]) -> None:
         with self._lock:
@@ -119,8 +134,14 @@ class _Route:
     def _emit(self, raw: bytes, to_stderr: bool) -> None:
         assert self._target is not None  # callers hold the lock and checked
         prefix, log, console, tail = self._target
-        log.write(raw)
-        log.flush()
+        if self.log_error is None:
+            try:
+                log.write(raw)
+                log.flush()
+            except OSError as error:
+                self.log_error = error
+                console.notice(f"tfdist: cannot write the log of {prefix.strip('[]')} ({error.strerror or error}): "
+                               "its output is dropped from the log from now on")
         line = raw.decode("utf-8", errors="replace")
         if to_stderr:
             tail.append(line)
@@ -129,12 +150,18 @@ class _Route:
     def close(self) -> None:
         with self._lock:
             if self._target is not None:
-                self._target[1].close()
+                try:
+                    self._target[1].close()
+                except OSError:  # the last flush hit the same full disk
+                    pass
 
 
 def _pump(stream: IO[bytes], route: _Route, to_stderr: bool) -> None:
     for raw in iter(stream.readline, b""):
-        route.write(raw, to_stderr)
+        try:
+            route.write(raw, to_stderr)
+        except Exception:  # noqa: BLE001 - whatever happens to the output, keep draining the pipe
+            pass
     stream.close()
 
 
@@ -160,10 +187,15 @@ def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path
     """Start one task with ``base_env`` plus its own additions, its output prefixed and logged."""
     env = dict(base_env)
     env.update(plan.environment())
-    popen = _popen(plan.command.argv(), env, stdin=subprocess.DEVNULL)
+    log = open(log_path, "ab")  # noqa: SIM115 - closed by the route when the task's pipes close
+    try:
+        popen = _popen(plan.command.argv(), env, stdin=subprocess.DEVNULL)
+    except BaseException:
+        log.close()
+        raise
     proc = TaskProcess(plan=plan, attempt=attempt, popen=popen, log_path=log_path, started_at=time.monotonic())
     route = _Route()
-    route.attach(f"[{plan.name}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    route.attach(f"[{plan.name}]", log, console, proc.stderr_tail)
     proc.pumps = _start_pumps(popen, route, plan.name)
     return proc
 
@@ -203,26 +235,30 @@ def activate(spare: Spare, plan: TaskPlan, *, attempt: int, log_path: str, conso
     """
     if not spare.alive:
         raise BrokenPipeError("spare exited")
+    log = open(log_path, "ab")  # noqa: SIM115 - closed by the route when the task's pipes close
     order = {"env": plan.environment(), "argv": plan.command.script_argv()}
     proc = TaskProcess(plan=plan, attempt=attempt, popen=spare.popen, log_path=log_path,
                        started_at=time.monotonic(), pumps=spare.pumps)
-    spare.route.attach(f"[{plan.name}]", open(log_path, "ab"), console, proc.stderr_tail)  # noqa: SIM115
+    spare.route.attach(f"[{plan.name}]", log, console, proc.stderr_tail)
     assert spare.popen.stdin is not None  # spawn_spare opens it
     spare.popen.stdin.write((json.dumps(order) + "\n").encode())
     spare.popen.stdin.close()
     return proc
 
 
-def stop_all(procs: list[TaskProcess], grace_period: float, *, first_signal: int = signal.SIGTERM) -> None:
-    """SIGTERM (or ``first_signal``) to every live task's process group, wait up to ``grace_period``, then SIGKILL.
+def stop_all(procs: list[TaskProcess], grace_period: float, *, first_signal: int = signal.SIGTERM,
+             kill_now: Callable[[], bool] = lambda: False, sweep: Callable[[], object] | None = None) -> None:
+    """SIGTERM (or ``first_signal``) to every live task's process group, wait up to ``grace_period`` (cut short when
+    ``kill_now()`` turns true: a second Ctrl-C), then SIGKILL.
 
-    Returns when every task has exited and its output has been read.
+    Returns when every task has exited and its output has been read. Raises nothing, so that a signal arriving
+    meanwhile cannot leave it half-way.
     """
     live = [p for p in procs if p.poll() is None]
     for proc in live:
         proc.signal_group(first_signal)
     deadline = time.monotonic() + grace_period
-    while live and time.monotonic() < deadline:
+    while live and time.monotonic() < deadline and not kill_now():
         time.sleep(0.02)
         live = [p for p in live if p.poll() is None]
     for proc in live:
@@ -235,5 +271,8 @@ def stop_all(procs: list[TaskProcess], grace_period: float, *, first_signal: int
         proc.poll()
         # Leftovers in the group (a task's own children) die with it.
         proc.signal_group(signal.SIGKILL)
+    if sweep is not None:
+        sweep()  # descendants that left the group hold the pipes open too: the pumps end only once they are gone
+    for proc in procs:
         for pump in proc.pumps:
             pump.join(timeout=2)

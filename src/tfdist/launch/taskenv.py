@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 from tfdist.cluster import format_address
 from tfdist.errors import UsageError
 from tfdist.launch import protocol as C
+from tfdist.launch.ports import format_address
 from tfdist.launch.protocol import TaskPlan, refuse_protected
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.tf_config import ClusterLayout, TaskId, tf_config_for

@@ -1,0 +1,62 @@
+"""Whether, and when, a group that ended is started again: a pure policy with the clock passed in.
+
+- ``task-preempted`` (a task saved and exited 143) and ``new-round`` (a per-machine agent told to restart with a new
+  cluster) restart at once without using the budget, up to ``max_preemptions``.
+- ``port-conflict`` (a task lost its port to another program between our check and its bind) restarts at once on
+  fresh ports, up to ``max_port_retries``, then counts as a failure. With fixed ports (--port-base) a retry would
+  collide again: it is a failure at once.
+- Any other failure uses the budget: at most ``max_restarts`` within ``window`` seconds (0: ever), after a back-off
+  that starts at ``backoff`` and doubles, capped at ``backoff_max``.
+- Success, a stop asked for (SIGTERM/SIGINT) and a program that cannot start never restart.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfdist.launch.outcome import Cause
+
+FINAL_CAUSES = frozenset({Cause.SUCCEEDED, Cause.PREEMPTED, Cause.INTERRUPTED, Cause.START_FAILED})
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    restart: bool
+    delay: float = 0.0
+    counted: bool = False  # used the restart budget
+    message: str = ""
+
+
+@dataclass
+class RestartPolicy:
+    max_restarts: int = 0
+    window: float = 0.0
+    backoff: float = 0.0
+    backoff_max: float = 30.0
+    max_preemptions: int = 20
+    max_port_retries: int = 2
+    fixed_ports: bool = False
+    restarts: list[float] = field(default_factory=list)  # when each counted restart happened
+    preemptions: int = 0
+    port_retries: int = 0
+
+    def after(self, cause: Cause, now: float, *, transient: bool = False) -> RestartDecision:
+        """What to do after an attempt ended with ``cause`` at time ``now``; records the restart it allows."""
+        if cause in FINAL_CAUSES:
+            return RestartDecision(False)
+        if cause in (Cause.TASK_PREEMPTED, Cause.NEW_ROUND) and self.preemptions < self.max_preemptions:
+            self.preemptions += 1
+            what = "the preempted group" if cause is Cause.TASK_PREEMPTED else "the group with the new cluster"
+            return RestartDecision(True, message=f"restarting {what} from its checkpoint (not counted as a failure)")
+        if cause is Cause.PORT_CONFLICT and not self.fixed_ports and self.port_retries < self.max_port_retries:
+            self.port_retries += 1
+            return RestartDecision(True, message="a task lost its port to another program: retrying with fresh "
+                                                 f"ports ({self.port_retries}/{self.max_port_retries})")
+        recent = [t for t in self.restarts if self.window <= 0 or now - t < self.window]
+        if len(recent) >= self.max_restarts:
+            return RestartDecision(False)
+        self.restarts.append(now)
+        delay = 0.0 if self.backoff <= 0 else min(self.backoff_max, self.backoff * 2 ** (len(self.restarts) - 1))
+        why = "the failure looked transient; " if transient else ""
+        return RestartDecision(True, delay=delay, counted=True,
+                               message=f"{why}restarting the group ({len(recent) + 1}/{self.max_restarts})"
+                                       + (f" in {delay:.1f}s" if delay else ""))
