@@ -77,9 +77,9 @@ class Agent:
 
 
 def rendezvous_args(machines: Machines, nnodes: str, workers: int, model_dir: str, *extra: str,
-                    job: str = "digits", port: int = 29400) -> list[str]:
+                    job: str = "digits", port: int = 29400, script: list[str] = SCRIPT_ARGS) -> list[str]:
     return ["--nnodes", nnodes, "--rdzv-endpoint", f"{machines.address(1)}:{port}", "--rdzv-id", job,
-            "-n", str(workers), *FAST, *extra, "--", DIGITS, *SCRIPT_ARGS, "--model-dir", model_dir]
+            "-n", str(workers), *FAST, *extra, "--", DIGITS, *script, "--model-dir", model_dir]
 
 
 def all_output(agents: list[Agent]) -> str:

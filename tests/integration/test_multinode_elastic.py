@@ -10,13 +10,17 @@ import time
 import pytest
 
 from tfdist.launch.protocol import read_heartbeat
-from tests.integration.multilib import TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values
+from tests.integration.multilib import Agent, all_output, rendezvous_args, task_values
 from tests.integration.netns import Machines, why_no_namespaces
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
               pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
 
-SLOW_STEPS = ["--step-delay", "0.05"]
+# Fewer steps than the 2 x 2 training tests (those check accuracy): what is checked here is where training resumes.
+EPOCHS, STEPS = 2, 30
+TOTAL_STEPS = EPOCHS * STEPS
+SCRIPT = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--no-tensorboard",
+          "--step-delay", "0.05"]
 
 
 def heartbeat_step(log_dir: str, round_: int, index: int) -> int | None:
@@ -40,15 +44,15 @@ def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list
 def start(machines, tmp_path, which, nnodes: str, *extra: str) -> list[Agent]:
     model = str(tmp_path / "model")
     return [Agent(machines, i, rendezvous_args(machines, nnodes, 1, model, "--log-dir", str(tmp_path / f"logs{i}"),
-                                               "--node-rank", str(i - 1),
-                                               *extra) + SLOW_STEPS, tmp_path).start() for i in which]
+                                               "--node-rank", str(i - 1), *extra, script=SCRIPT),
+                  tmp_path).start() for i in which]
 
 
 @pytest.mark.parametrize("fault", ["agent-killed", "link-cut"])
 def test_a_lost_machine_the_job_finishes_on_the_others_from_a_checkpoint(tmp_path, fault):
     with Machines(3) as machines:
         agents = start(machines, tmp_path, (1, 2, 3), "2:3", "--rdzv-timeout", "30")
-        wait_for_step(str(tmp_path / "logs1"), 0, 0, 20, agents)
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
         if fault == "agent-killed":
             os.kill(agents[2].proc.pid, signal.SIGKILL)
         else:
@@ -61,7 +65,6 @@ def test_a_lost_machine_the_job_finishes_on_the_others_from_a_checkpoint(tmp_pat
         assert resumed and int(resumed.group(1)) >= 5 and resumed.group(2) == "2"
         steps = task_values(text, "train_steps")
         assert set(steps.values()) == {str(TOTAL_STEPS)} and len(steps) == 2
-        assert float(task_values(text, "final_accuracy")["node0 worker:0"]) >= 0.90
         if fault == "link-cut":
             # The machine cut off noticed too, stopped its task, and tries to join again (or gave up, after
             # --rdzv-timeout): only its agent may be left there.
@@ -88,7 +91,7 @@ def test_below_min_the_job_waits_then_fails_with_exit_3_naming_the_lost_machine(
 def test_a_machine_that_comes_back_is_taken_in_with_no_step_lost(tmp_path):
     with Machines(3) as machines:
         agents = start(machines, tmp_path, (1, 2), "2:3", "--rdzv-last-call", "0")
-        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 10, agents)
         agents += start(machines, tmp_path, (3,), "2:3")
         codes = [a.wait() for a in agents]
         text = all_output(agents)
@@ -108,9 +111,9 @@ def test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup(tm
         agents = []
         for i in (1, 2, 3):
             args = rendezvous_args(machines, "2:3", 1, model, "--log-dir", str(tmp_path / f"logs{i}"), "--node-rank",
-                                   str(i - 1), "--checkpoint-dir", model) + SLOW_STEPS
+                                   str(i - 1), "--checkpoint-dir", model, script=SCRIPT)
             agents.append(Agent(machines, i, args, tmp_path, private_dirs={model: str(tmp_path / f"own{i}")}).start())
-        wait_for_step(str(tmp_path / "logs1"), 0, 0, 25, agents)
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
         os.kill(agents[1].proc.pid, signal.SIGKILL)
         codes = [agents[0].wait(), agents[2].wait()]
         text = all_output([agents[0], agents[2]])

@@ -54,6 +54,7 @@ class AgentSpec:
     first_round_wait: float = 3.0
     grace_period: float = 30.0
     hang_timeout: float = 300.0
+    gpus_per_task: int | None = None
     max_restarts: int = 3
     env: tuple[tuple[str, str], ...] = ()
     log_dir: str | None = None
@@ -284,7 +285,8 @@ class Agent:
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
-            timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout))
+            timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
+            gpus_per_task=self.spec.gpus_per_task)
         self.group.start()
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")

@@ -9,15 +9,18 @@ machine's node rank: ``[node1 worker:3] ...``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Mapping
 
+from tfdist import constants as C
+from tfdist.cluster import TaskId
 from tfdist.launch import policy
 from tfdist.launch.group import TaskGroup
 from tfdist.launch.procs import Console
 from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, Command
 from tfdist.launch.spec import LaunchSpec, Timeouts
-from tfdist.launch.taskenv import plan_tasks
+from tfdist.launch.taskenv import assign_gpus, plan_tasks, visible_gpus
 from tfdist.launch.tf_config import ClusterLayout
 
 
@@ -37,7 +40,8 @@ class LocalGroup:
 
     def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
-                 max_restarts: int, timeouts: Timeouts, base_env: Mapping[str, str] | None = None) -> None:
+                 max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
+                 base_env: Mapping[str, str] | None = None) -> None:
         layout = ClusterLayout(worker=workers)
         local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
         # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
@@ -48,6 +52,12 @@ class LocalGroup:
         plans = [p for p in plan_tasks(self.spec, layout, run_id=f"{job}-r{round_}", attempt=round_,
                                        log_dir=log_dir, legacy_keras=legacy_keras, environ=environ)
                  if p.name in local]
+        # This machine's GPUs are shared among this machine's workers (by local position, not global index).
+        gpu_map = assign_gpus([TaskId(p.task_type, p.task_index) for p in plans], visible_gpus(environ), gpus_per_task)
+        if gpu_map and C.CUDA_VISIBLE_DEVICES not in env:
+            plans = [dataclasses.replace(p, extra_env={**p.extra_env, C.CUDA_VISIBLE_DEVICES:
+                                                      gpu_map[TaskId(p.task_type, p.task_index)]}) for p in plans]
+        self.plans = plans
         self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
                                console=NodeConsole(node_rank))
         self.reported_training = False
