@@ -145,6 +145,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--parts", default="abcd")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: every Machines context deletes its namespaces
     reason = why_no_namespaces()
     if reason:
         print(f"multinode benchmark skipped: {reason}")

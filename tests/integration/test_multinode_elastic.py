@@ -61,6 +61,8 @@ def test_a_lost_machine_the_job_finishes_on_the_others_from_a_checkpoint(tmp_pat
         text = all_output(agents[:2])
         assert codes == [0, 0], text[-4000:]
         assert "lost machines: 198.18.0.3" in agents[0].err
+        # The survivors' next round starts from warm spares (TensorFlow imported while round 0 trained).
+        assert re.search(r"round 1: started workers .*\(1 from warm spares\)", agents[0].err), agents[0].err[-3000:]
         resumed = re.search(r"resumed_from_step=(\d+) world_size=(\d+)", text)
         assert resumed and int(resumed.group(1)) >= 5 and resumed.group(2) == "2"
         steps = task_values(text, "train_steps")

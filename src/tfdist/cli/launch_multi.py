@@ -123,6 +123,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                      node_timeout=multi["node_timeout"], rdzv_timeout=multi["rdzv_timeout"],
                      first_round_wait=multi["rdzv_last_call"], grace_period=flags["grace_period"],
                      hang_timeout=flags["hang_timeout"], gpus_per_task=flags["gpus_per_task"],
+                     warm_spares=bool(flags["warm_spares"]) and (flags["max_restarts"] > 0 or low < high),
                      max_restarts=flags["max_restarts"], env=env, log_dir=flags["log_dir"],
                      legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
                      watch_stdin=multi["agent_watch_stdin"], versions=versions())
@@ -142,6 +143,8 @@ def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str
             "--max-restarts", str(flags["max_restarts"])]
     if multi["checkpoint_dir"]:
         args += ["--checkpoint-dir", multi["checkpoint_dir"]]
+    if not flags.get("warm_spares", True):
+        args += ["--no-warm-spares"]
     if flags.get("gpus_per_task"):
         args += ["--gpus-per-task", str(flags["gpus_per_task"])]
     if flags.get("log_dir"):

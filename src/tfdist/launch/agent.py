@@ -30,6 +30,7 @@ from tfdist.launch.netaddr import is_local, is_unroutable, resolve, route_addres
 from tfdist.launch.ports import free_ports
 from tfdist.launch.protocol import Command
 from tfdist.launch.spec import Timeouts
+from tfdist.launch.warm import SparePool
 from tfdist.launch.rdzv_server import RendezvousServer
 from tfdist.launch.rdzv_transfer import BackupStore
 from tfdist.status import ExitStatus
@@ -55,6 +56,7 @@ class AgentSpec:
     grace_period: float = 30.0
     hang_timeout: float = 300.0
     gpus_per_task: int | None = None
+    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (see launch/warm.py)
     max_restarts: int = 3
     env: tuple[tuple[str, str], ...] = ()
     log_dir: str | None = None
@@ -82,6 +84,7 @@ class Agent:
         self._signal: int | None = None
         self.address = ""
         self._deferred: dict[str, Any] | None = None
+        self.spares: SparePool | None = None
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
 
@@ -187,6 +190,7 @@ class Agent:
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
+            self._discard_spares()
             if self.server is not None:
                 self.server.wait(timeout=2.0)
                 self.server.close()
@@ -219,6 +223,7 @@ class Agent:
                 if self.group is not None:
                     self.group.stop(graceful=False)
                     self.group = None
+                self._discard_spares()  # cut off: nothing runs here until this machine is taken in again
                 if self._channel is not None:
                     self._channel.close()
                 if self._signal is not None:
@@ -286,7 +291,7 @@ class Agent:
             log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
-            gpus_per_task=self.spec.gpus_per_task)
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares)
         self.group.start()
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")
@@ -307,6 +312,7 @@ class Agent:
         if not group.reported_training and group.training():
             group.reported_training = True
             self._channel.send("training", round=self.round)
+            self._fill_spares(group)
         outcome = group.outcome()
         if outcome is None:
             return
@@ -317,6 +323,19 @@ class Agent:
         self.group = None
         if outcome_name != "succeeded":
             self._ready(self.address)
+
+    def _fill_spares(self, group: LocalGroup) -> None:
+        """Once the round trains (their import no longer slows its start), keep one warm spare per local worker, so
+        the next round skips importing TensorFlow."""
+        if not self.spec.warm_spares or not self.spec.command.is_python:
+            return
+        if self.spares is None:
+            self.spares = SparePool(self.spec.command, group.spare_env)
+        self.spares.fill(self.spec.slots)
+
+    def _discard_spares(self) -> None:
+        if self.spares is not None:
+            self.spares.discard_all()
 
     def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
         if self._channel is not None:

@@ -20,8 +20,9 @@ from tfdist.launch.group import TaskGroup
 from tfdist.launch.procs import Console
 from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, Command
 from tfdist.launch.spec import LaunchSpec, Timeouts
-from tfdist.launch.taskenv import assign_gpus, plan_tasks, visible_gpus
+from tfdist.launch.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.tf_config import ClusterLayout
+from tfdist.launch.warm import SparePool
 
 
 class NodeConsole(Console):
@@ -41,7 +42,7 @@ class LocalGroup:
     def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
                  max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 spares: SparePool | None = None, base_env: Mapping[str, str] | None = None) -> None:
         layout = ClusterLayout(worker=workers)
         local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
         # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
@@ -59,14 +60,16 @@ class LocalGroup:
                                                       gpu_map[TaskId(p.task_type, p.task_index)]}) for p in plans]
         self.plans = plans
         self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
-                               console=NodeConsole(node_rank))
+                               console=NodeConsole(node_rank), spares=spares)
+        self.spare_env = {**environ, **shared_env(self.spec, legacy_keras, environ)}  # what a warm spare imports with
         self.reported_training = False
 
     def start(self) -> None:
         self.group.start()
 
     def describe(self) -> str:
-        return self.group.summary()
+        warm = f" ({self.group.warm} from warm spares)" if self.group.warm else ""
+        return self.group.summary() + warm
 
     def training(self) -> bool:
         """Every local worker has sent a heartbeat: it trains, and its preemption handler is installed."""
