@@ -11,28 +11,24 @@ are stopped and the agent tries to join again until ``rdzv_timeout``.
 from __future__ import annotations
 
 import os
-import queue
-import select
 import signal
-import socket
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfdist.launch import rdzv_protocol as P
 from tfdist.launch.elastic import Settings
 from tfdist.launch.local_group import LocalGroup
 from tfdist.launch.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.ports import free_ports
 from tfdist.launch.protocol import Command
-from tfdist.launch.spec import Timeouts
-from tfdist.launch.warm import SparePool
+from tfdist.launch.rdzv_client import Lost, Refused, RendezvousLink, stdin_closed
 from tfdist.launch.rdzv_server import RendezvousServer
 from tfdist.launch.rdzv_transfer import BackupStore
+from tfdist.launch.spec import Timeouts
+from tfdist.launch.warm import SparePool
 from tfdist.status import ExitStatus
 
 
@@ -67,10 +63,6 @@ class AgentSpec:
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
 
 
-class _Lost(Exception):
-    """The rendezvous is gone (closed connection, or no keep-alive for node_timeout)."""
-
-
 class Agent:
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
@@ -78,9 +70,7 @@ class Agent:
         self.group: LocalGroup | None = None
         self.round = -1
         self.node_rank = -1
-        self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._channel: P.Channel | None = None
-        self._last_heard = time.monotonic()
+        self.link: RendezvousLink | None = None  # type: ignore[assignment]
         self._signal: int | None = None
         self.address = ""
         self._deferred: dict[str, Any] | None = None
@@ -112,62 +102,10 @@ class Agent:
             return
         self.say(f"serving the rendezvous for job {self.spec.job} on {rdzv_ip}:{self.spec.endpoint_port}")
 
-    def _connect(self, rdzv_ip: str, address: str, deadline: float) -> None:
-        """Connect and join; raises _Refused (exit 2) or TimeoutError."""
-        while True:
-            try:
-                sock = socket.create_connection((rdzv_ip, self.spec.endpoint_port), timeout=2.0)
-                break
-            except OSError:
-                if self.spec.watch_stdin and _stdin_closed():
-                    raise _Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED)) \
-                        from None
-                if time.monotonic() > deadline or self._signal is not None:
-                    raise TimeoutError(f"no rendezvous at {self.spec.endpoint_host}:{self.spec.endpoint_port} "
-                                       f"within {self.spec.rdzv_timeout:g}s") from None
-                time.sleep(0.2)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(max(self.spec.node_timeout, 5.0))
-        channel = P.Channel(sock)
-        channel.send("join", job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
-                     address=address, slots=self.spec.slots, versions=self.spec.versions)
-        try:
-            answer = channel.receive()
-        except (OSError, P.ProtocolError) as bad:
-            channel.close()
-            raise _Refused(f"{self.spec.endpoint_host}:{self.spec.endpoint_port} is not a tfdist rendezvous "
-                           f"({bad})", int(ExitStatus.USAGE)) from None
-        if answer is None or answer["type"] == "refused":
-            channel.close()
-            reason = "the rendezvous closed the connection" if answer is None else answer["reason"]
-            raise _Refused(reason, int(answer.get("status", 2)) if answer else 3)
-        sock.settimeout(None)
-        self._channel = channel
-        self._last_heard = time.monotonic()
-        self._messages = queue.Queue()
-        threading.Thread(target=self._read, args=(channel, self._messages), daemon=True, name="agent-read").start()
-        threading.Thread(target=self._ping, args=(channel,), daemon=True, name="agent-ping").start()
-
-    def _read(self, channel: P.Channel, inbox: queue.Queue) -> None:
-        try:
-            while True:
-                message = channel.receive()
-                inbox.put(message)
-                if message is None:
-                    return
-        except (OSError, P.ProtocolError):
-            inbox.put(None)
-
-    def _ping(self, channel: P.Channel) -> None:
-        interval = P.ping_interval(self.spec.node_timeout)
-        while channel.send("ping"):
-            time.sleep(interval)
-
     def _ready(self, address: str) -> None:
-        assert self._channel is not None
         ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
-        self._channel.send("ready", ports=ports, backup=backup)
+        self.link.send("ready", ports=ports, backup=backup)
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -205,27 +143,30 @@ class Agent:
             return int(ExitStatus.USAGE)
         self._maybe_serve(rdzv_ip)
         deadline = time.monotonic() + self.spec.rdzv_timeout
+        join = dict(job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
+                    address=address, slots=self.spec.slots, versions=self.spec.versions)
         while True:
+            self.link = RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port,
+                                       self.spec.node_timeout, watch_stdin=self.spec.watch_stdin)
             try:
-                self._connect(rdzv_ip, address, deadline)
-            except _Refused as refused:
+                self.link.connect(join, deadline, give_up=lambda: self._signal is not None)
+            except Refused as refused:
                 self.say(f"refused by the rendezvous: {refused.reason}")
                 return refused.status
             except TimeoutError as late:
-                self.say(str(late))
+                self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
                 return int(ExitStatus.TASK_FAILED)
             self.say(f"joined job {self.spec.job} at {self.spec.endpoint_host}:{self.spec.endpoint_port} "
                      f"as {address} with {self.spec.slots} worker(s)")
             self._ready(address)
             try:
                 return self._serve_rounds(address)
-            except _Lost as lost:
+            except Lost as lost:
                 if self.group is not None:
                     self.group.stop(graceful=False)
                     self.group = None
                 self._discard_spares()  # cut off: nothing runs here until this machine is taken in again
-                if self._channel is not None:
-                    self._channel.close()
+                self.link.close()
                 if self._signal is not None:
                     return 128 + self._signal
                 self.say(f"lost the rendezvous ({lost}); trying to join again for up to {self.spec.rdzv_timeout:g}s")
@@ -233,10 +174,9 @@ class Agent:
                 self.node_rank = -1
 
     def _serve_rounds(self, address: str) -> int:
-        assert self._channel is not None
         stopped_by_signal = False
         while True:
-            message, self._deferred = self._deferred or self._next_message(timeout=0.05), None
+            message, self._deferred = self._deferred or self.link.next_message(timeout=0.05), None
             if message is not None:
                 kind = message["type"]
                 if kind == "round":
@@ -245,39 +185,25 @@ class Agent:
                     self._stop_round(message, address)
                 elif kind == "finish":
                     return self._finish(message)
-                elif kind == "file" and self.backups is not None:
-                    self.backups.receive(message)
-                elif kind == "send" and self.backups is not None:
-                    self.backups.upload(self._channel, message)
+                elif kind == "send" and self.backups is not None and self.link.channel is not None:
+                    self.backups.upload(self.link.channel, message)
             if self._signal is not None and not stopped_by_signal and self.server is None:
                 stopped_by_signal = True
                 self._leave_on_signal()
                 return 128 + self._signal
-            if self.spec.watch_stdin and _stdin_closed():
+            if self.spec.watch_stdin and stdin_closed():
                 self.say("the launcher's connection closed: stopping")
                 self._signal = signal.SIGTERM
                 self._leave_on_signal()
                 return int(ExitStatus.PREEMPTED)
             self._watch_group()
 
-    def _next_message(self, timeout: float) -> dict[str, Any] | None:
-        try:
-            message = self._messages.get(timeout=timeout)
-        except queue.Empty:
-            if time.monotonic() - self._last_heard > self.spec.node_timeout:
-                raise _Lost(f"no keep-alive for {self.spec.node_timeout:g}s") from None
-            return None
-        if message is None:
-            raise _Lost("connection closed")
-        self._last_heard = time.monotonic()
-        return message
-
     def _start_round(self, message: dict[str, Any]) -> None:
         self.round = int(message["round"])
         self.node_rank = int(message["node_rank"])
         restore = message.get("restore")
         if restore and self.backups is not None:
-            restored, other = self.backups.await_restore(restore, lambda: self._next_message(0.5), self.say)
+            restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
             if other is not None:  # the round was stopped before it started here
                 self._deferred = other
                 return
@@ -307,11 +233,11 @@ class Agent:
 
     def _watch_group(self) -> None:
         group = self.group
-        if group is None or self._channel is None:
+        if group is None:
             return
         if not group.reported_training and group.training():
             group.reported_training = True
-            self._channel.send("training", round=self.round)
+            self.link.send("training", round=self.round)
             self._fill_spares(group)
         outcome = group.outcome()
         if outcome is None:
@@ -338,8 +264,7 @@ class Agent:
             self.spares.discard_all()
 
     def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
-        if self._channel is not None:
-            self._channel.send("exited", round=self.round, outcome=outcome, step=step, detail=detail)
+        self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail)
 
     def _finish(self, message: dict[str, Any]) -> int:
         status = int(message["status"])
@@ -357,25 +282,4 @@ class Agent:
             outcome = self.group.stop(graceful=True)
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None
-        if self._channel is not None:
-            self._channel.close()
-
-
-class _Refused(Exception):
-    def __init__(self, reason: str, status: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-def _stdin_closed() -> bool:
-    try:
-        readable, _, _ = select.select([sys.stdin], [], [], 0)
-    except (ValueError, OSError):
-        return True
-    if not readable:
-        return False
-    try:
-        return os.read(sys.stdin.fileno(), 1024) == b""
-    except OSError:
-        return True
+        self.link.close()
