@@ -6,6 +6,7 @@ Medians over --trials rounds, examples/digits.py with one worker per machine:
 - (b) arrival: the last machine's agent starts -> the first training step on any machine.
 - (c) loss, --nnodes 2:3 on 3 machines: agent SIGKILLed / link cut -> the survivors stop the round (detection), and
       -> the first resumed step; goals <= 1 s (killed), <= node-timeout + 1 s (cut), resumed <= 5 s after detection.
+      Printed with where the time goes: stop + new round, TensorFlow start and restore (fit begins), first step.
 - (d) scale-up: a third machine joins a running 2-machine job -> steps lost (goal 0).
 
 Needs root (network namespaces).   .venv/bin/python bench/multinode.py [--trials 3] [--parts abcd]
@@ -114,13 +115,14 @@ def loss(kind: str) -> tuple[float, float]:
         else:
             machines.cut(3)
         detected = wait(lambda: b"stopping round 0" in (tmp / "m1.err").read_bytes())
+        restarted = wait(lambda: b"round 1: started workers" in (tmp / "m1.err").read_bytes())
         # The runtime writes a heartbeat when fit begins (the restored step), then after every step.
-        wait(lambda: step_of(tmp, 1, 1) is not None)
+        began = wait(lambda: step_of(tmp, 1, 1) is not None)
         restored = step_of(tmp, 1, 1) or 0
         resumed = wait(lambda: (step_of(tmp, 1, 1) or 0) > restored)
         procs[2].kill()
         finish(procs[:2])
-        return detected - fault, resumed - detected
+        return detected - fault, restarted - detected, began - restarted, resumed - began
 
 
 # -- (d) ---------------------------------------------------------------------------------------------------------
@@ -163,10 +165,12 @@ def main() -> int:
     if "c" in args.parts:
         for kind, goal in (("kill", 1.0), ("cut", NODE_TIMEOUT + 1)):
             trials = [loss(kind) for _ in range(args.trials)]
-            detect, resume = [t[0] for t in trials], [t[1] for t in trials]
+            detect, resume = [t[0] for t in trials], [sum(t[1:]) for t in trials]
             print(f"(c) {kind}: detection median {median(detect):.2f} s (goal <= {goal:g}), resumed step "
-                  f"{median(resume):.2f} s after detection (goal <= 5); trials "
-                  + ", ".join(f"{d:.2f}/{r:.2f}" for d, r in trials))
+                  f"{median(resume):.2f} s after detection (goal <= 5); where it goes, median: new round started "
+                  f"{median([t[1] for t in trials]):.2f} s, TensorFlow up and checkpoint restored "
+                  f"{median([t[2] for t in trials]):.2f} s, first step {median([t[3] for t in trials]):.2f} s; "
+                  "trials " + ", ".join("/".join(f"{x:.2f}" for x in t) for t in trials))
     if "d" in args.parts:
         lost = [scale_up() for _ in range(args.trials)]
         print(f"(d) steps lost at scale-up: median {median(lost):g} ({', '.join(f'{x:g}' for x in lost)}; goal 0)")
