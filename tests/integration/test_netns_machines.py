@@ -8,7 +8,8 @@ import pytest
 
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 
-pytestmark = pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
 
 
 def test_machines_reach_each_other_over_ssh_and_leave_nothing_behind(tmp_path):
