@@ -14,12 +14,13 @@ from tfdist.errors import UsageError
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 
 
-def test_the_wildcard_host_is_listened_on_never_advertised(capsys):
-    assert main(["launch", "-n", "2", "--host", "0.0.0.0", "--dry-run", "--", FAKE, "x"]) == 0
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_the_wildcard_host_is_listened_on_never_advertised(capsys, wildcard):
+    assert main(["launch", "-n", "2", "--host", wildcard, "--dry-run", "--", FAKE, "x"]) == 0
     configs = [json.loads(line.split("=", 1)[1]) for line in capsys.readouterr().out.splitlines()
                if "TF_CONFIG=" in line]
     addresses = [a for c in configs for a in c["cluster"]["worker"]]
-    assert len(addresses) == 4 and not any(a.startswith("0.0.0.0") for a in addresses)
+    assert len(addresses) == 4 and not any(a.startswith(("0.0.0.0", "[::]")) for a in addresses)
 
 
 def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):

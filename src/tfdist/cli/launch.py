@@ -87,13 +87,13 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
                       timeouts=timeouts, launcher_metrics_port=launcher_metrics_port, **flags)  # type: ignore[arg-type]
-    if spec.metrics_port is not None:  # task i serves on metrics_port + i: all of them must be ports
-        from tfdist.cluster import check_port_range
-        from tfdist.launch.taskenv import count_tasks
-
-        check_port_range(spec.metrics_port, count_tasks(spec), "--metrics-port")
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
+        if spec.metrics_port is not None:  # task i serves on metrics_port + i (a real launch: check_ports below)
+            from tfdist.cluster import check_port_range
+            from tfdist.launch.taskenv import count_tasks
+
+            check_port_range(spec.metrics_port, count_tasks(spec), "--metrics-port")
         return _dry_run(spec, legacy_keras)
     if spec.log_dir is not None:
         check_log_dir(spec.log_dir)

@@ -13,13 +13,21 @@ import socket
 from tfdist.errors import UsageError
 
 
-def resolve(host: str, flag: str) -> str:
-    """``host`` as an IPv4 address. Raises UsageError naming ``flag`` when it does not resolve."""
+def resolve(host: str, flag: str, family: int = socket.AF_INET) -> str:
+    """``host`` as an IP address (IPv4 unless ``family`` says otherwise; a literal address is taken as written).
+
+    Raises:
+        UsageError: naming ``flag`` when it does not resolve.
+    """
     try:
-        return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(host, None, family, socket.SOCK_STREAM)[0][4][0]
     except (socket.gaierror, UnicodeError, IndexError) as bad:
         raise UsageError(f"{flag}: cannot resolve {host!r} ({getattr(bad, 'strerror', None) or bad})",
-                         hint="give a host name this machine can resolve, or an IPv4 address") from None
+                         hint="give a host name this machine can resolve, or an IP address") from None
 
 
 def is_unroutable(address: str) -> bool:
@@ -33,7 +41,8 @@ def is_unroutable(address: str) -> bool:
 
 def route_address(peer_ip: str) -> str:
     """This machine's source address for packets to ``peer_ip`` (nothing is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    family = socket.AF_INET6 if ipaddress.ip_address(peer_ip).version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((peer_ip, 9))
         except OSError as bad:
@@ -44,9 +53,11 @@ def route_address(peer_ip: str) -> str:
 
 def is_local(ip: str) -> bool:
     """True when ``ip`` is one of this machine's addresses (a socket can bind it)."""
-    if ipaddress.ip_address(ip).is_unspecified:
+    address = ipaddress.ip_address(ip)
+    if address.is_unspecified:
         return True
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
             probe.bind((ip, 0))
         except OSError:
@@ -63,12 +74,14 @@ def advertised_address(listen_host: str) -> str:
     Raises:
         UsageError: ``listen_host`` is not an address of this machine (naming ``--host``).
     """
-    ip = resolve(listen_host, "--host")
+    ip = resolve(listen_host, "--host", socket.AF_UNSPEC)
     if ipaddress.ip_address(ip).is_unspecified:
+        # Documentation prefixes (TEST-NET-2, 2001:db8::/32): only the routing table is consulted.
+        v6 = ipaddress.ip_address(ip).version == 6
         try:
-            return route_address("198.51.100.1")  # TEST-NET-2: only the routing table is consulted
+            return route_address("2001:db8::1" if v6 else "198.51.100.1")
         except UsageError:
-            return "127.0.0.1"
+            return "::1" if v6 else "127.0.0.1"
     if not is_local(ip):
         raise UsageError(f"--host {listen_host}: {ip} is not an address of this machine",
                          hint="give one of this machine's addresses, or 0.0.0.0 to listen on all of them")
