@@ -31,8 +31,11 @@ def test_two_machines_two_workers_each_through_the_rendezvous(tmp_path):
         text = all_output(agents)
         assert codes == [0, 0], text[-4000:]
         _check_trained(text, 4)
-        # Worker indices follow node rank, then local index; addresses are the machines' own.
-        assert "worker:0" in agents[0].out and "[node1 worker:2]" in agents[1].out
+        # Without --node-rank, ranks follow arrival; worker indices follow node rank, then local index.
+        first, second = sorted(agents, key=lambda a: "[node0 " not in a.out)
+        assert "[node0 worker:0]" in first.out and "[node0 worker:1]" in first.out
+        assert "[node1 worker:2]" in second.out and "[node1 worker:3]" in second.out
+        # Addresses are the machines' own.
         assert "198.18.0.1" in agents[0].err and "198.18.0.2" in agents[1].err
         assert "127.0.0.1" not in text and "0.0.0.0" not in text
         assert machines.pids(1) == [] and machines.pids(2) == []
