@@ -23,19 +23,26 @@ from pathlib import Path
 
 import psutil
 
+import sys
+
 from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
+
+sys.path.insert(0, str(REPO / "src"))
+from tfdist.launch.protocol import read_heartbeat  # noqa: E402
 
 DIGITS = str(REPO / "examples" / "digits.py")
 SAVE_EVERY = 20
 ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}  # exact step numbers in the heartbeat files
 
 
+PROBE = str(REPO / "bench" / "_probe")
+PHASES = ("detection", "teardown", "hand-off", "script start", "TF server + cluster", "model build",
+          "checkpoint restore", "first step")
+
+
 def read_step(path: Path) -> int | None:
-    try:
-        words = path.read_text().split()
-    except OSError:
-        return None
-    return int(words[0]) if words and words[0].isdigit() else None
+    beat = read_heartbeat(str(path))
+    return None if beat is None else beat.step
 
 
 def wait(predicate, timeout: float = 240, interval: float = 0.002, alive: subprocess.Popen | None = None):
@@ -50,36 +57,76 @@ def wait(predicate, timeout: float = 240, interval: float = 0.002, alive: subpro
     raise TimeoutError("condition not met")
 
 
-def task(launcher: psutil.Process, index: int) -> psutil.Process:
+def tasks(logs: Path, attempt: int) -> dict[str, psutil.Process]:
+    entries = json.loads((logs / f"attempt-{attempt}" / "tasks.json").read_text())
+    return {e["task"]: psutil.Process(e["pid"]) for e in entries}
+
+
+def spares_ready(launcher: psutil.Process, logs: Path) -> bool:
+    """Every task has a warm spare that finished its imports: its main thread waits on its stdin pipe."""
+    own = {p.pid for p in tasks(logs, 0).values()}
+    ready = 0
     for child in launcher.children():
         try:
-            if child.environ().get("TFDIST_TASK_INDEX") == str(index):
-                return child
-        except psutil.Error:
+            if child.pid in own or "tfdist.launch.spare" not in " ".join(child.cmdline()):
+                continue
+            with open(f"/proc/{child.pid}/wchan") as handle:
+                ready += "pipe" in handle.read()
+        except (psutil.Error, OSError):
             pass
-    raise LookupError(index)
+    return ready >= 2
+
+
+def jsonl(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def breakdown(tmp: str, fault_at: float, restored: int) -> dict[str, float]:
+    """Where the time from the fault to the first resumed step went, from the launcher's events.jsonl, the probe's
+    marks (bench/_probe) and the heartbeat records' own times."""
+    logs, probes = Path(tmp, "logs"), Path(tmp, "probe")
+    events = jsonl(logs / "events.jsonl")
+
+    def event(name: str, attempt: int) -> float:
+        return next(e["time"] for e in events if e["event"] == name and e.get("attempt") == attempt)
+
+    marks: dict[str, list[float]] = {}
+    for path in probes.glob("*-1.jsonl"):  # attempt 1, every task
+        for m in jsonl(path):
+            marks.setdefault(m["mark"], []).append(m["time"])
+    last = {name: max(times) for name, times in marks.items()}
+    first_step = min(m["time"] for path in probes.glob("worker-*-1.jsonl") for m in jsonl(path)
+                     if m["mark"] == "beat" and (m.get("step") or 0) > restored)
+    points = [fault_at, event("verdict", 0), event("group-stopped", 0), event("attempt-started", 1),
+              last["strategy-begin"], last["strategy-ready"], last["restore-begin"], last["restore-done"], first_step]
+    return {phase: b - a for phase, a, b in zip(PHASES, points, points[1:])}
 
 
 def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp, "logs")
+        Path(tmp, "probe").mkdir()
+        env = {**ENV, "PYTHONPATH": f"{PROBE}:{ENV['PYTHONPATH']}", "TFDIST_BENCH_PROBE_DIR": f"{tmp}/probe"}
         launcher = subprocess.Popen(
             [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0",
              "--warm-spares" if spares else "--no-warm-spares", "--hang-timeout",
              str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "8", "--steps-per-epoch", "60",
              "--save-every", str(SAVE_EVERY), "--step-delay", "0.02", "--no-tensorboard", "--model-dir", f"{tmp}/m"],
-            env=ENV, stdout=open(f"{tmp}/out", "w"), stderr=open(f"{tmp}/err", "w"))  # noqa: SIM115
+            env=env, stdout=open(f"{tmp}/out", "w"), stderr=open(f"{tmp}/err", "w"))  # noqa: SIM115
         beat = logs / "attempt-0" / "worker-1.heartbeat"
         wait(lambda: (read_step(beat) or 0) >= 45, alive=launcher)
-        if spares:  # a fault soon after the start finds no spare yet; measure the steady state
-            wait(lambda: len(psutil.Process(launcher.pid).children()) >= 4, timeout=60)
-            time.sleep(8)  # the spares' TensorFlow import
         parent = psutil.Process(launcher.pid)
-        victims = [task(parent, 0), task(parent, 1)]
+        if spares:  # a fault soon after the start finds no spare yet; measure the steady state
+            wait(lambda: spares_ready(parent, logs), timeout=120, interval=0.2, alive=launcher)
+        victims = tasks(logs, 0)
         step_at_fault = read_step(beat) or 0
+        fault_at = time.time()
         start = time.perf_counter()
-        victims[1].send_signal({"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "preempt": signal.SIGTERM}[kind])
-        psutil.wait_procs(victims, timeout=120)
+        victims["worker:1"].send_signal({"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "preempt": signal.SIGTERM}[kind])
+        psutil.wait_procs(list(victims.values()), timeout=120)
         teardown = time.perf_counter() - start
         resumed_beat = logs / "attempt-1" / "worker-0.heartbeat"
         first = wait(lambda: read_step(resumed_beat) is not None and read_step(resumed_beat), timeout=240,
@@ -91,8 +138,13 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
         if launcher.returncode != 0:
             raise RuntimeError(err[-2000:])
         restored = int(re.search(r"resumed_from_step=(\d+)", out).group(1))
-        return {"teardown_s": teardown, "first_resumed_step_s": to_first_step,
-                "steps_lost": max(0, step_at_fault - restored)}
+        result = {"teardown_s": teardown, "first_resumed_step_s": to_first_step,
+                  "steps_lost": max(0, step_at_fault - restored)}
+        try:
+            result.update(breakdown(tmp, fault_at, restored))
+        except (StopIteration, KeyError, ValueError) as missing:
+            print(f"  (no breakdown: {missing!r})", flush=True)
+        return result
 
 
 def throughput(no_checkpoints: bool) -> float:
@@ -111,10 +163,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--hang-timeout", type=float, default=5.0)
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--kinds", default="kill-cold,kill,hang,preempt", help="which faults, comma-separated")
     args = parser.parse_args()
     summary: dict[str, dict[str, float]] = {}
     kinds = [("kill (cold restart)", "kill", False), ("kill", "kill", True), ("hang", "hang", True),
              ("preempt", "preempt", True)]
+    wanted = args.kinds.split(",")
+    kinds = [k for k in kinds if ("kill-cold" if k[0].startswith("kill (cold") else k[1]) in wanted]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in kinds}
     for i in range(args.trials):  # alternate the kinds within each round
         for name, kind, spares in kinds:
@@ -122,8 +177,13 @@ def main() -> None:
             print(f"  {name} trial {i + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in runs[name][-1].items()),
                   flush=True)
     for name, _, _ in kinds:
-        summary[name] = {key: median([r[key] for r in runs[name]]) for key in runs[name][0]}
-        print(f"{name}: median " + ", ".join(f"{k}={v:.3f}" for k, v in summary[name].items()), flush=True)
+        keys = [k for k in runs[name][0] if all(k in r for r in runs[name])]
+        summary[name] = {key: median([r[key] for r in runs[name]]) for key in keys}
+        print(f"{name}: median " + ", ".join(f"{k}={summary[name][k]:.3f}" for k in keys if k not in PHASES),
+              flush=True)
+        parts = [f"{k} {summary[name][k]:.2f}s" for k in PHASES if k in summary[name]]
+        if parts:
+            print(f"  where the time goes (medians): {' + '.join(parts)}", flush=True)
     if not args.skip_overhead:
         print("overhead: steps/s with the default backup interval vs no checkpointing, alternating")
         rates = alternate(args.trials, [("checkpointing", lambda: throughput(False)),

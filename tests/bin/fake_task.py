@@ -35,6 +35,8 @@ def main() -> int:
     p.add_argument("--detach-child", action="store_true", help="start a grandchild in its own session (setsid)")
     p.add_argument("--startup-delay", type=float, default=0.0, help="sleep this long first, as a TF import would")
     p.add_argument("--chatter", type=int, default=0, help="print this many 1 kB lines to stdout and stderr")
+    p.add_argument("--abort-like-no-threads", action="append", default=[],
+                   help="TASK: die as a C++ runtime that could not create a thread does (SIGABRT)")
     args = p.parse_args()
     if args.startup_delay:
         print("starting up", flush=True)
@@ -80,14 +82,20 @@ def main() -> int:
     if active and me in args.hang:
         heartbeat.beat(1)
         time.sleep(3600)
+    if active and me in args.abort_like_no_threads:
+        print("terminate called after throwing an instance of 'std::system_error'\n"
+              "  what():  Resource temporarily unavailable", file=sys.stderr, flush=True)
+        os.abort()
     if active and me in args.raise_in:
         raise ValueError(f"boom in {me}")
     for spec in args.fail:
         task, _, code = spec.rpartition(":")
         if active and task == me:
             until = time.monotonic() + args.fail_delay
+            beats = 0
             while time.monotonic() < until:
-                heartbeat.beat(1)
+                beats += 1
+                heartbeat.beat(beats)  # training steps go by until the failure
                 time.sleep(0.02)
             print(f"{me} failing with {code}", file=sys.stderr, flush=True)
             return int(code)

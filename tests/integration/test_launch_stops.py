@@ -239,3 +239,15 @@ def test_full_disk_under_log_dir_never_blocks_a_task(tmp_path, tiny_disk):
     assert result.stderr.count("cannot write the log of") <= 2  # once per task at most
     assert "cannot write the log of" in result.stderr and "No space left on device" in result.stderr
     assert {r["task"] for r in records(out)} == {"worker:0", "worker:1"}
+
+
+def test_an_abort_for_lack_of_threads_is_reported_as_transient_and_retried(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out),
+                    "--abort-like-no-threads", "worker:1", "--first-attempt-only", "--sleep", "0.5")
+    assert result.returncode == 0, result.stderr
+    assert "the failure looked transient; restarting the group (1/1)" in result.stderr
+    assert re.search(r"attempt #0 failed in a way that looked transient \(worker:1 \(pid \d+\) killed by SIGABRT\); "
+                     r"retried", result.stderr)
+    failed = launch("-n", "2", FAKE, str(out), "--abort-like-no-threads", "worker:1")
+    assert failed.returncode == 3 and "(looked transient)" in failed.stderr

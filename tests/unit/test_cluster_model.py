@@ -9,8 +9,9 @@ import time
 import pytest
 
 from tfdist.cluster import (
-    TaskId, TfConfig, check_port_range, format_address, leader_of, parse_address, resolve_cluster,
+    TaskId, TfConfig, format_address, leader_of, parse_address, resolve_cluster,
 )
+from tfdist.cluster.address import is_loopback
 from tfdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 from tfdist.cluster.limits import MAX_HOSTS, MAX_TASKS
 from tfdist.errors import UsageError
@@ -167,14 +168,11 @@ def test_addresses_round_trip_with_ipv6_in_brackets(host, port, text):
     assert parse_address(text, "X") == (host, port)
 
 
-@pytest.mark.parametrize(("first", "count", "ok"), [(65535, 1, True), (65535, 2, False), (0, 9, True),
-                                                    (65000, 536, True), (65000, 537, False)])
-def test_port_ranges_are_checked_up_front(first, count, ok):
-    if ok:
-        check_port_range(first, count, "--metrics-port")
-    else:
-        with pytest.raises(UsageError, match="--metrics-port"):
-            check_port_range(first, count, "--metrics-port")
+@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True),
+                                                ("localhost", True), ("0.0.0.0", False), ("::", False),
+                                                ("10.1.2.3", False), ("node1", False)])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
 
 
 # ----------------------------------------------------------------------------------------- hostile scheduler input

@@ -74,15 +74,18 @@ def test_the_scan_would_catch_a_parser():
     assert not _tf_config_parsers(ast.parse("import json\nx = json.loads(open('f').read())"))
 
 
+def _names_chief_zero(node: ast.AST) -> bool:
+    """``TaskId("chief", 0)`` or ``("chief", 0)``: the shape every copy of the leader rule had."""
+    args = node.args if isinstance(node, ast.Call) and _is_call_to(node, {"TaskId"}) else (
+        node.elts if isinstance(node, ast.Tuple) else None)
+    return (args is not None and len(args) == 2 and all(isinstance(a, ast.Constant) for a in args)
+            and (args[0].value, args[1].value) == ("chief", 0))
+
+
 def test_the_leader_rule_is_written_once():
-    # The rule's shape: a TaskId("chief", 0) / TaskId("worker", 0) pair. Only roles.py may build it.
-    owners = []
-    for path, tree in _modules():
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and _is_call_to(node, {"TaskId"}) and len(node.args) == 2
-                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "chief"):
-                owners.append(str(path.relative_to(SRC)))
-    assert sorted(set(owners)) == ["cluster/roles.py"]
+    owners = sorted({str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+                     if _names_chief_zero(node)})
+    assert owners == ["cluster/roles.py"]
 
 
 def test_tf_keras_is_looked_up_once():
@@ -136,3 +139,12 @@ def test_layers_import_only_downwards():
             if any(name == banned or name.startswith(banned + ".") for banned in LAYERS.get(package, ())):
                 crossings.append(f"{path.relative_to(SRC)} imports {name}")
     assert crossings == []
+
+
+def test_ipv6_bracketing_is_written_once():
+    # The shape of every copy: f"[{host}]:{port}". Only cluster/address.py may write it.
+    owners = sorted({str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+                     if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+                     and node.values[0].value == "[" and any(isinstance(v, ast.Constant) and str(v.value).startswith("]:")
+                                                             for v in node.values)})
+    assert owners == ["cluster/address.py"]

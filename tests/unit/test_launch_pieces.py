@@ -98,3 +98,16 @@ def test_report_leads_with_root_cause_and_lists_attempts():
     assert "#0: hung worker:1" in text and "step 7" in text
     assert "root cause (attempt #1): worker:1 (pid 42) exit code 1: ValueError: boom" in text
     assert text.rstrip().endswith("ValueError: boom")
+
+
+def test_thread_caps_share_the_cores_and_yield_to_the_user():
+    from tfdist.launch.taskenv import shared_env, thread_caps
+
+    spec = LaunchSpec(command=("x",), workers=2, thread_caps=True)
+    assert thread_caps(spec, cores=8) == {"TF_NUM_INTEROP_THREADS": "4", "TF_NUM_INTRAOP_THREADS": "4",
+                                          "OMP_NUM_THREADS": "4"}
+    assert thread_caps(LaunchSpec(command=("x",), workers=3, thread_caps=True), cores=2)["OMP_NUM_THREADS"] == "1"
+    assert thread_caps(LaunchSpec(command=("x",), workers=2), cores=8) == {}, "opt-in"
+    env = shared_env(LaunchSpec(command=("x",), workers=2, thread_caps=True, env=(("OMP_NUM_THREADS", "3"),)),
+                     None, environ={"TF_NUM_INTRAOP_THREADS": "2"})
+    assert env["OMP_NUM_THREADS"] == "3" and "TF_NUM_INTRAOP_THREADS" not in env

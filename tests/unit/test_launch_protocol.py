@@ -120,3 +120,18 @@ def test_protocol_imports_neither_tensorflow_nor_the_rest_of_launch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(REPO_ROOT)).stdout
     assert out.strip() == "[]"
+
+
+def test_loaded_library_modules_are_libraries_only(tmp_path):
+    import json as stdlib_module
+    import types
+
+    mine = types.ModuleType("mytrain")
+    mine.__file__ = str(tmp_path / "mytrain.py")
+    names = P.loaded_library_modules({"json": stdlib_module, "mytrain": mine, "__main__": stdlib_module,
+                                      "json._private": stdlib_module, "builtin": types.ModuleType("builtin")})
+    assert names == ["json"]
+    hb = str(tmp_path / "w.heartbeat")
+    assert P.write_modules(hb, ["json", "numpy.linalg", "bad name", "os;rm"]) and P.read_modules(hb) == \
+        ["json", "numpy.linalg"]
+    assert P.read_modules(str(tmp_path / "none")) == []

@@ -1,5 +1,5 @@
 """The /metrics + /healthz server against real sockets on loopback: exact paths, methods, bounded threads and
-connections, timeouts, the non-loopback warning, port checks."""
+connections, timeouts, port checks."""
 from __future__ import annotations
 
 import http.client
@@ -112,24 +112,6 @@ def test_connections_beyond_the_cap_close_the_oldest(served, monkeypatch):
     finally:
         for connection in sockets:
             connection.close()
-
-
-def test_non_loopback_bind_warns(capfd):
-    server = srv.MetricsServer(CollectorRegistry(), lambda: (True, {}), 0, "0.0.0.0")
-    try:
-        assert "reachable from other machines" in capfd.readouterr().err
-    finally:
-        server.close()
-    loopback = srv.MetricsServer(CollectorRegistry(), lambda: (True, {}), 0, "127.0.0.1")
-    loopback.close()
-    assert "reachable" not in capfd.readouterr().err
-
-
-@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("127.3.4.5", True), ("::1", True),
-                                                ("localhost", True), ("0.0.0.0", False), ("::", False),
-                                                ("10.1.2.3", False), ("node1", False)])
-def test_is_loopback(host, loopback):
-    assert srv.is_loopback(host) is loopback
 
 
 def test_ipv6_loopback_is_served_with_a_bracketed_url():

@@ -48,6 +48,8 @@ _EPILOG = "Variables set for every task:\n\n" + "\n".join(f"  {k}: {v}" for k, v
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
 @option("--warm-spares/--no-warm-spares", default=True, show_default=True,
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
+@option("--thread-caps/--no-thread-caps", default=False, show_default=True,
+        help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
@@ -61,7 +63,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
-    from tfdist.launch.ports import check_ports, is_loopback
+    from tfdist.cluster import is_loopback
+    from tfdist.launch.ports import check_ports
     from tfdist.launch.preflight import check_log_dir, keras_plan, resolve_command
     from tfdist.launch.protocol import refuse_protected
     from tfdist.launch.spec import LaunchSpec, Timeouts
@@ -89,11 +92,6 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
                       timeouts=timeouts, launcher_metrics_port=launcher_metrics_port, **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
     if dry_run:
-        if spec.metrics_port is not None:  # task i serves on metrics_port + i (a real launch: check_ports below)
-            from tfdist.cluster import check_port_range
-            from tfdist.launch.taskenv import count_tasks
-
-            check_port_range(spec.metrics_port, count_tasks(spec), "--metrics-port")
         return _dry_run(spec, legacy_keras)
     if spec.log_dir is not None:
         check_log_dir(spec.log_dir)

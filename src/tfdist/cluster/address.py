@@ -16,6 +16,16 @@ _NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:\.[A-Za-z0-9_
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def format_address(host: str, port: int) -> str:
     """``("::1", 2222)`` -> ``"[::1]:2222"``; ``("node1", 2222)`` -> ``"node1:2222"``."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -28,14 +38,6 @@ def check_port(value: int | str, what: str, *, allow_zero: bool = False) -> int:
     if not _PORT.fullmatch(text) or not low <= int(text) <= 65535:
         raise UsageError(f"{what}={str(value)[:40]!r} is not a TCP port", hint=f"use a number from {low} to 65535")
     return int(text)
-
-
-def check_port_range(first: int, count: int, what: str) -> None:
-    """Refuse ``count`` consecutive ports from ``first`` when they would run past 65535."""
-    check_port(first, what, allow_zero=True)
-    if first and first + count - 1 > 65535:
-        raise UsageError(f"{what}={first} with {count} ports runs past port 65535",
-                         hint=f"use a value of at most {65536 - count}")
 
 
 def check_host(host: str, what: str) -> str:

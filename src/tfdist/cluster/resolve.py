@@ -189,7 +189,7 @@ def _slurm_roles(environ: Mapping[str, str], ntasks: int) -> list[tuple[str, int
     if ps < 0 or workers < 0 or (workers == 0 and not chief):
         raise UsageError(f"{ntasks} Slurm tasks cannot hold chief={chief}, ps={ps}, evaluator={evaluator} "
                          "and at least one worker", hint="ask Slurm for more tasks or fewer special roles")
-    roles = [("chief", 0)] * chief + [("worker", i) for i in range(workers)]
+    roles = [("chief", i) for i in range(chief)] + [("worker", i) for i in range(workers)]
     roles += [("ps", i) for i in range(ps)] + [("evaluator", 0)] * evaluator
     return roles
 

@@ -49,6 +49,7 @@ class TaskGroup:
         self.warm = 0
         self.started = time.monotonic()
         self._beats: dict[str, tuple[float, HeartbeatRecord | None]] = {}
+        self._first_step: dict[str, int | None] = {}
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -110,11 +111,17 @@ class TaskGroup:
             views.append(TaskView(
                 name=proc.name, task_type=proc.plan.task_type, task_index=proc.plan.task_index, pid=proc.pid,
                 exit_code=code, ended_at=None if proc.ended_at is None else proc.ended_at - self.started,
-                heartbeat=beat, heartbeat_age=age, stopped=stopped,
+                heartbeat=beat, heartbeat_age=age, stopped=stopped, progressed=self._progressed(proc.name, beat),
                 lost_port=code not in (None, 0) and (proc.ended_at or now) - proc.started_at < PORT_RACE_WINDOW_S
                 and _mentions(tail, PORT_CONFLICT_MARKERS),
                 transient=code not in (None, 0) and _mentions(tail, TRANSIENT_MARKERS)))
         return GroupSnapshot(tasks=tuple(views), elapsed=now - self.started)
+
+    def _progressed(self, name: str, beat: HeartbeatRecord | None) -> bool:
+        if beat is None or beat.step is None:
+            return False
+        first = self._first_step.setdefault(name, beat.step)
+        return beat.step > first
 
     def _heartbeat(self, proc: TaskProcess, now_wall: float) -> tuple[HeartbeatRecord | None, float | None]:
         try:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from tfdist.cluster import TaskId, leader_of
 from tfdist.launch.outcome import Cause, describe_exit
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE
 from tfdist.launch.snapshot import GroupSnapshot, TaskView
-from tfdist.launch.protocol import PREEMPTED_EXIT_CODE  # what tfdist.runtime exits with after a preemption save
 from tfdist.launch.spec import LaunchSpec
 
 
@@ -47,8 +48,10 @@ CONTINUE = Verdict(Action.CONTINUE)
 
 
 def leader(spec: LaunchSpec) -> tuple[str, int]:
-    """The task whose exit 0 makes the job succeed (TFJob's default success policy)."""
-    return ("chief", 0) if spec.chief else ("worker", 0)
+    """The task whose exit 0 makes the job succeed (the leader rule of :mod:`tfdist.cluster.roles`)."""
+    training = {"chief": int(spec.chief), "worker": spec.workers}
+    lead = leader_of(TaskId(role, i) for role, count in training.items() for i in range(count))
+    return (lead.type, lead.index) if lead else ("worker", 0)
 
 
 def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:

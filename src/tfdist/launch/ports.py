@@ -7,7 +7,6 @@ supervisor recognises that failure and retries with fresh ports (a small, separa
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 from typing import Any
 
@@ -18,20 +17,6 @@ MAX_PORT = 65535
 
 def family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def format_address(host: str, port: int) -> str:
-    """``host:port``, with an IPv6 address in brackets (``[::1]:2222``) as gRPC and TF_CONFIG expect."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind_error(host: str, port: int) -> OSError | None:

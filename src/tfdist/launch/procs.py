@@ -220,9 +220,16 @@ class Spare:
         self.popen.wait()
 
 
-def spawn_spare(python: str, env: Mapping[str, str]) -> Spare:
-    """Start a spare that pre-imports TensorFlow, in its own session, dying with the launcher like a task."""
+def spawn_spare(python: str, env: Mapping[str, str], preload: list[str] | None = None) -> Spare:
+    """Start a spare that pre-imports TensorFlow and ``preload``, in its own session, dying with the launcher like a
+    task."""
     popen = _popen([python, "-u", "-m", "tfdist.launch.spare"], env, stdin=subprocess.PIPE)
+    assert popen.stdin is not None
+    try:
+        popen.stdin.write((json.dumps({"preload": list(preload or [])}) + "\n").encode())
+        popen.stdin.flush()
+    except OSError:
+        pass  # it died at once: activate() will notice
     route = _Route()
     return Spare(popen=popen, route=route, pumps=_start_pumps(popen, route, f"spare-{popen.pid}"))
 

@@ -116,7 +116,7 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TFDIST_HEALTH_STALL_SECONDS", SetBy.USER, "/healthz fails after this long without a step (default 300)"),
     EnvVar("TFDIST_HEALTH_STARTUP_SECONDS", SetBy.USER, "/healthz allows this long before the first step (default 900)"),
     EnvVar("TFDIST_SAVE_EVERY_STEPS", SetBy.USER, "fault-tolerance backup interval in steps (default 100)"),
-    EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 300)"),
+    EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 0: no limit)"),
     EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
 )
 VARIABLES: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}
@@ -307,6 +307,50 @@ def _int(value: Any) -> int | None:
 
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+# -- what a training task imported (for warm spares) ------------------------------------------------------------------
+MODULES_SUFFIX = ".modules"  # next to the heartbeat file: the library modules the task had imported when it trained
+_MAX_MODULES = 20000
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = [paths[k] for k in ("purelib", "platlib", "stdlib", "platstdlib") if paths.get(k)]
+    return tuple({form + os.sep for path in found for form in (os.path.abspath(path), os.path.realpath(path))})
+
+
+def loaded_library_modules(modules: Mapping[str, Any]) -> list[str]:
+    """Public modules in ``modules`` (``sys.modules``) that were loaded from the installed libraries or the standard
+    library, never the user's own files: what a warm spare may import ahead without running the user's code."""
+    roots = _library_dirs()
+    names = []
+    for name, module in list(modules.items()):
+        where = getattr(module, "__file__", None)
+        if not where or name == "__main__" or any(part.startswith("_") for part in name.split(".")):
+            continue
+        if where.startswith(roots):
+            names.append(name)
+    return sorted(names)[:_MAX_MODULES]
+
+
+def write_modules(heartbeat_path: str, names: list[str]) -> bool:
+    return _write_atomically(heartbeat_path + MODULES_SUFFIX, "\n".join(names) + "\n")
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?:\.[A-Za-z][A-Za-z0-9_]*)*")
+
+
+def read_modules(heartbeat_path: str) -> list[str]:
+    """The module names a task recorded (well-formed names only; an absent file is an empty list)."""
+    try:
+        with open(heartbeat_path + MODULES_SUFFIX, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(_MAX_RECORD_BYTES * 2)
+    except OSError:
+        return []
+    return [n for n in text.splitlines() if _MODULE_NAME.fullmatch(n)][:_MAX_MODULES]
 
 
 def read_heartbeat(path: str) -> HeartbeatRecord | None:

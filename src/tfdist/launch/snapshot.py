@@ -35,6 +35,7 @@ class TaskView:
     stopped: bool = False
     lost_port: bool = False
     transient: bool = False
+    progressed: bool = False  # its heartbeat step moved past the first one it sent: it has run training steps
 
     @property
     def running(self) -> bool:
@@ -60,10 +61,11 @@ class GroupSnapshot:
         return any(t.heartbeat_age is not None for t in self.tasks)
 
     @property
-    def trainers_training(self) -> bool:
-        """Every training task has sent a heartbeat (the group trains)."""
+    def trainers_progressed(self) -> bool:
+        """Every training task has run steps in this attempt (past its first heartbeat, which comes before the first
+        step is traced and run)."""
         trainers = [t for t in self.tasks if t.is_trainer]
-        return bool(trainers) and all(t.heartbeat_age is not None for t in trainers)
+        return bool(trainers) and all(t.progressed for t in trainers)
 
     @property
     def step(self) -> int | None:

@@ -6,8 +6,10 @@ its task's environment and command as one JSON line on stdin; the spare applies 
 as ``python SCRIPT`` (or ``python -m MODULE``) would. TensorFlow reads TF_CONFIG and CUDA_VISIBLE_DEVICES when the
 strategy and the devices are created, not at import, so importing early changes nothing the script can see.
 
-Run as ``python -u -m tfdist.launch.spare``; ``TFDIST_WARM_PRELOAD`` lists the modules to import ahead
-(comma-separated, default ``tensorflow``).
+Run as ``python -u -m tfdist.launch.spare``. It imports ``TFDIST_WARM_PRELOAD`` (comma-separated, default
+``tensorflow``) and the library modules the previous attempt's task had imported once it trained (sent as the first
+line on stdin; recorded by the runtime next to the heartbeat file), so that a restarted task skips the script's
+library imports as well (scikit-learn, tf-keras...). The user's own modules are never imported ahead.
 """
 from __future__ import annotations
 
@@ -21,18 +23,23 @@ PRELOAD_VARIABLE = "TFDIST_WARM_PRELOAD"
 WARM_MARK = "TFDIST_WARM_START"  # "1" in a task that started from a spare
 
 
-def _preload() -> None:
-    for name in filter(None, os.environ.get(PRELOAD_VARIABLE, "tensorflow").split(",")):
+def _preload(extra: list[str]) -> None:
+    names = [n.strip() for n in os.environ.get(PRELOAD_VARIABLE, "tensorflow").split(",") if n.strip()]
+    for name in names + extra:
         try:
-            importlib.import_module(name.strip())
-        except ImportError:
-            pass  # the script will report it itself, with its own traceback
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the script will import (and report) it itself if it needs it
+            pass
 
 
 def main() -> int:
-    _preload()
+    # First line: the modules the previous attempt's task had imported ({"preload": [...]}), then the order.
+    first = sys.stdin.readline()
+    if not first:  # the launcher closed our stdin: we are not needed
+        return 0
+    _preload(list(json.loads(first).get("preload", [])))
     line = sys.stdin.readline()
-    if not line:  # the launcher closed our stdin: we are not needed
+    if not line:
         return 0
     order = json.loads(line)
     devnull = os.open(os.devnull, os.O_RDONLY)

@@ -27,7 +27,7 @@ class Timeouts:
     grace: float = 30.0
     hang: float = 300.0
     poll: float = 0.05
-    failure_grace: float = 0.5
+    failure_grace: float = 0.1
     untrained_grace: float = 1.0
     after_success: float = 10.0
     after_success_grace: float = 2.0
@@ -85,7 +85,7 @@ class LaunchSpec:
     launcher_metrics_port: int | None = None
     allow_keras3: bool = False
     warm_spares: bool = True
-    thread_caps: bool = True
+    thread_caps: bool = False
     job_name: str = "tfdist"
     timeouts: Timeouts = field(default_factory=Timeouts)
     cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)

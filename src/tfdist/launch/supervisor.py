@@ -12,6 +12,7 @@ stop and restart with a new cluster (an elastic round), or :meth:`Supervisor.req
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -25,12 +26,13 @@ from typing import Any, Mapping
 
 import psutil
 
+from tfdist.cluster import format_address
 from tfdist.launch import policy
 from tfdist.launch.group import TaskGroup
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult
 from tfdist.launch.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.procs import Console
-from tfdist.launch.protocol import TaskPlan
+from tfdist.launch.protocol import TaskPlan, read_modules
 from tfdist.launch.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.restart import RestartPolicy
 from tfdist.launch.signals import StopRequests
@@ -140,6 +142,7 @@ class Supervisor:
         group.start(should_stop=lambda: self.stops.requested)
         if self._watcher is not None:
             self._watcher.watch(group.pids)  # each task leads its own process group
+        self._event("attempt-started", attempt=attempt, tasks=len(group.procs), warm=group.warm)
         if group.procs:
             if self.metrics is not None:
                 for proc in group.procs:
@@ -147,8 +150,9 @@ class Supervisor:
             how = f" ({group.warm} from warm spares)" if group.warm else ""
             self._say(f"attempt {attempt}: started {len(group.procs)} task(s){how}: {group.summary()}")
             if self.spec.metrics_port is not None:
-                self._say("metrics: " + ", ".join(f"{p.name} http://{p.plan.metrics_host}:{p.plan.metrics_port}"
-                                                  f"/metrics" for p in group.procs))
+                urls = (f"{p.name} http://{format_address(p.plan.metrics_host, p.plan.metrics_port)}/metrics"
+                        for p in group.procs)
+                self._say("metrics: " + ", ".join(urls))
         try:
             return self._watch(group, attempt)
         finally:
@@ -165,6 +169,7 @@ class Supervisor:
             self._announce()
             snapshot = group.poll(stale_after=t.hang)
             if self.stops.requested:
+                self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
                 grace = t.untrained_grace if policy.nothing_to_save(snapshot, self.spec) else t.grace
                 group.stop(grace, kill_now=lambda: self.stops.kill_now)
                 self._announce()
@@ -191,6 +196,8 @@ class Supervisor:
 
     def _end(self, group: TaskGroup, attempt: int, verdict: policy.Verdict) -> Attempt:
         t = self.spec.timeouts
+        self._event("verdict", attempt=attempt, action=verdict.action.value,
+                    cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         interrupted = lambda: self.stops.requested  # noqa: E731
         failure = group.failure(verdict.culprit)
         if verdict.action is policy.Action.SUCCEED:
@@ -214,6 +221,7 @@ class Supervisor:
                       f"start-failed: {headline}")
             group.stop(min(t.failure_grace, t.grace), kill_now=lambda: self.stops.kill_now)
         snapshot = group.poll()
+        self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient)
 
@@ -236,15 +244,18 @@ class Supervisor:
         return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: Any) -> None:
-        """Warm spares start once the group trains, so their TensorFlow import does not slow the group's own start
-        (or after ``timeouts.spares_after``, for scripts that send no heartbeats)."""
+        """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
+        with the group's own start, restore and first (traced) step; or after ``timeouts.spares_after``, for scripts
+        that send no heartbeats."""
         if not self._spares_wanted() or (self._spares is not None and len(self._spares) >= len(group.plans)):
             return
-        if snapshot.trainers_training or snapshot.elapsed > self.spec.timeouts.spares_after:
+        if snapshot.trainers_progressed or snapshot.elapsed > self.spec.timeouts.spares_after:
             if self._spares is None:
                 env = {**self.environ, **shared_env(self.spec, self.legacy_keras, self.environ)}
                 self._spares = SparePool(self.spec.command, env)
-            self._spares.fill(len(group.plans))
+            preload = sorted({m for p in group.plans if p.task_type in ("chief", "worker")
+                              for m in read_modules(p.heartbeat_path)})
+            self._spares.fill(len(group.plans), preload)
             group.spares = self._spares
 
     def _wait(self, seconds: float) -> bool:
@@ -275,6 +286,16 @@ class Supervisor:
         if self._temporary_logs and self.result.cause is not None and self.result.cause not in (
                 Cause.TASK_FAILED, Cause.HUNG, Cause.PORT_CONFLICT, Cause.START_FAILED):
             shutil.rmtree(self.log_dir, ignore_errors=True)  # kept after a failure: the report points into it
+
+    def _event(self, name: str, **fields: Any) -> None:
+        """One line of ``events.jsonl`` in the log folder: what the launcher did when (wall clock), for the live view
+        and bench/recovery.py's breakdown of a restart."""
+        line = json.dumps({"time": time.time(), "event": name, **fields})
+        try:
+            with open(os.path.join(self.log_dir, "events.jsonl"), "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError:
+            pass  # a full disk must not stop the supervision
 
     def _announce(self) -> None:
         for message in self.stops.announcements():

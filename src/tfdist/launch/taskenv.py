@@ -9,7 +9,6 @@ from typing import Mapping, Sequence
 from tfdist.cluster import format_address
 from tfdist.errors import UsageError
 from tfdist.launch import protocol as C
-from tfdist.launch.ports import format_address
 from tfdist.launch.protocol import TaskPlan, refuse_protected
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.tf_config import ClusterLayout, TaskId, tf_config_for
@@ -95,10 +94,10 @@ def shared_env(spec: LaunchSpec, legacy_keras: bool | None, environ: Mapping[str
 def thread_caps(spec: LaunchSpec, cores: int | None = None) -> dict[str, str]:
     """Cap TensorFlow's and OpenMP's thread pools to each training task's share of the cores.
 
-    Each TensorFlow process sizes its inter- and intra-op pools to *all* cores, so N tasks on a small machine start
-    N x (several pools x cores) threads at once, plus N warm spares: on a 2-core machine with a low process limit
-    that is where ``std::system_error: Resource temporarily unavailable`` came from. Left alone when the user set
-    any of these, or with --no-thread-caps.
+    Each TensorFlow process sizes its inter- and intra-op pools to *all* cores, so N tasks share each core N ways.
+    Opt-in (--thread-caps): on a 2-core machine it saved ~4 threads per task and no measurable time; the thread
+    exhaustion seen there came from the collective timeout (see ``tfdist.runtime.strategy``). Values the user set
+    (environment or --env) win.
     """
     if not spec.thread_caps:
         return {}

@@ -19,9 +19,9 @@ class SparePool:
     def __len__(self) -> int:
         return len(self._spares)
 
-    def fill(self, count: int) -> None:
+    def fill(self, count: int, preload: list[str] | None = None) -> None:
         while len(self._spares) < count:
-            self._spares.append(spawn_spare(self.command.program, self.env))
+            self._spares.append(spawn_spare(self.command.program, self.env, preload))
 
     def take(self) -> Spare | None:
         while self._spares:

@@ -8,15 +8,14 @@ The server is bounded, because the port may be reachable by anything on the netw
   connection to a small pool only once a request has arrived; connections idle for :data:`IDLE_SECONDS`, and the
   oldest beyond :data:`MAX_CONNECTIONS`, are closed;
 - every read and write has a :data:`IO_TIMEOUT_SECONDS` timeout;
-- binding anything but a loopback address prints a warning: the metrics page is then open to other machines.
+- the port is checked before binding, and a busy one names the flag or variable it came from. (``tfdist launch``
+  warns about a non-loopback ``--metrics-host`` before anything starts.)
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import selectors
 import socket
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,16 +38,6 @@ IDLE_SECONDS = 30.0
 IO_TIMEOUT_SECONDS = 5.0
 
 Health = Callable[[], tuple[bool, dict[str, Any]]]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _plain(start_response: Callable[..., Any], status: str, text: str,
@@ -203,10 +192,6 @@ class MetricsServer:
         self._server.set_app(make_app(registry, health))
         self.host = host
         self.port = int(self._server.server_address[1])
-        if not is_loopback(host):
-            print(f"tfdist: warning: metrics and health on {format_address(host, self.port)} are reachable from "
-                  "other machines; bind 127.0.0.1 unless a scraper elsewhere needs them", file=sys.stderr,
-                  flush=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="tfdist-metrics-accept",
                                          daemon=True)
         self._thread.start()

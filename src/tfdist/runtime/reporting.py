@@ -69,6 +69,7 @@ class Heartbeat:
         self.min_interval = min_interval
         self.total_steps = total_steps
         self._last = float("-inf")
+        self._modules_written = False
 
     def due(self) -> bool:
         """Whether a beat now would be written (callers can skip computing its values otherwise)."""
@@ -89,5 +90,10 @@ class Heartbeat:
     def _write(self, step: int | None, state: P.TaskState, loss: float | None, examples: int | None) -> None:
         if loss is not None and loss != loss:  # NaN has no JSON spelling
             loss = None
-        P.write_heartbeat(self.path, P.HeartbeatRecord(  # type: ignore[arg-type]
+        written = P.write_heartbeat(self.path, P.HeartbeatRecord(  # type: ignore[arg-type]
             step=step, time=time.time(), state=state, loss=loss, total_steps=self.total_steps, examples=examples))
+        if written and not self._modules_written:
+            # Training has started, so every library the script needs is imported: the launcher's warm spares
+            # import the same ones ahead, and a restarted task skips those imports too.
+            self._modules_written = True
+            P.write_modules(self.path, P.loaded_library_modules(sys.modules))  # type: ignore[arg-type]
