@@ -8,7 +8,13 @@ Median over several trials each, on examples/digits.py with 2 workers:
 - preempt:  SIGTERM to worker 1 -> steps lost (goal 0) and time to the first resumed step.
 - overhead: training throughput with the default backup interval vs no checkpointing, alternating (goal <= 3 %).
 
-    .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5]
+Each trial also prints where the time from the fault to the first resumed step went: detection (fault -> the
+launcher's verdict), teardown (-> group stopped), hand-off (-> next attempt started: ports, plans, orders to the warm
+spares), script start (-> the script's first tfdist call), TF server + cluster (runtime.strategy()), model build (->
+BackupAndRestore starts), checkpoint restore, first step (-> the first heartbeat past the restored step). Sources: the
+launcher's events.jsonl, and marks from bench/_probe/sitecustomize.py (put on PYTHONPATH for the trials only).
+
+    .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5] [--kinds kill-cold,kill,hang,preempt]
 """
 from __future__ import annotations
 

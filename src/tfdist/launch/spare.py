@@ -19,8 +19,8 @@ import os
 import runpy
 import sys
 
-PRELOAD_VARIABLE = "TFDIST_WARM_PRELOAD"
-WARM_MARK = "TFDIST_WARM_START"  # "1" in a task that started from a spare
+from tfdist.launch.variables import WARM_PRELOAD as PRELOAD_VARIABLE
+from tfdist.launch.variables import WARM_START as WARM_MARK  # "1" in a task that started from a spare
 
 
 def _preload(extra: list[str]) -> None:
