@@ -238,6 +238,8 @@ class Agent:
         if not group.reported_training and group.training():
             group.reported_training = True
             self.link.send("training", round=self.round)
+        if group.reported_training and not group.spares_filled and group.progressed():
+            group.spares_filled = True
             self._fill_spares(group)
         outcome = group.outcome()
         if outcome is None:
@@ -251,13 +253,14 @@ class Agent:
             self._ready(self.address)
 
     def _fill_spares(self, group: LocalGroup) -> None:
-        """Once the round trains (their import no longer slows its start), keep one warm spare per local worker, so
-        the next round skips importing TensorFlow."""
+        """Once the round has run steps (their imports no longer compete with its start, restore and first traced
+        step), keep one warm spare per local worker, preloading what the workers imported, so the next round skips
+        importing TensorFlow (as the single-machine supervisor does)."""
         if not self.spec.warm_spares or not self.spec.command.is_python:
             return
         if self.spares is None:
             self.spares = SparePool(self.spec.command, group.spare_env)
-        self.spares.fill(self.spec.slots)
+        self.spares.fill(self.spec.slots, group.preload())
 
     def _discard_spares(self) -> None:
         if self.spares is not None:

@@ -18,7 +18,7 @@ from tfdist.cluster import TaskId
 from tfdist.launch import policy
 from tfdist.launch.group import TaskGroup
 from tfdist.launch.procs import Console
-from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, Command
+from tfdist.launch.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.tf_config import ClusterLayout
@@ -63,6 +63,7 @@ class LocalGroup:
                                console=NodeConsole(node_rank), spares=spares)
         self.spare_env = {**environ, **shared_env(self.spec, legacy_keras, environ)}  # what a warm spare imports with
         self.reported_training = False
+        self.spares_filled = False
 
     def start(self) -> None:
         self.group.start()
@@ -75,6 +76,14 @@ class LocalGroup:
         """Every local worker has sent a heartbeat: it trains, and its preemption handler is installed."""
         snapshot = self.group.poll()
         return bool(snapshot.tasks) and all(t.heartbeat is not None for t in snapshot.tasks if t.is_trainer)
+
+    def progressed(self) -> bool:
+        """Every local worker has run steps since it began: the start, restore and traced first step are behind."""
+        return self.group.poll().trainers_progressed
+
+    def preload(self) -> list[str]:
+        """The modules the workers imported (from their heartbeats), for warm spares to import ahead."""
+        return sorted({m for p in self.group.plans for m in read_modules(p.heartbeat_path)})
 
     def step(self) -> int | None:
         return self.group.poll().step
