@@ -9,6 +9,7 @@ import sys
 import click
 
 from tfdist.cli.common import PathText, option
+from tfdist.cli.launch_multi import MULTI_FLAGS, multi_options, run_multi, wants_multi
 from tfdist.constants import TASK_ENVIRONMENT
 from tfdist.errors import UsageError
 from tfdist.status import ExitStatus
@@ -58,6 +59,7 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
+@multi_options
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
             launcher_metrics_port: int | None, tf_log_level: str, live: bool | None, **flags: object) -> int:
@@ -74,10 +76,23 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     from tfdist.launch.spec import LaunchSpec, Timeouts
     from tfdist.launch.taskenv import count_tasks, parse_env_pairs
 
+    multi = {name: flags.pop(name) for name in MULTI_FLAGS}
+    if wants_multi(multi):
+        command_line = resolve_command(target, module=module, no_python=no_python)
+        legacy = keras_plan(LaunchSpec(command=command_line, workers=2, allow_keras3=bool(flags["allow_keras3"]),
+                                       env=parse_env_pairs(env_pairs)), os.environ)
+        shape = ("-m",) if module else ("--no-python",) if no_python else ()
+        return run_multi(multi, flags, command_line, shape + tuple(target), parse_env_pairs(env_pairs), legacy,
+                         env_pairs)
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
     environ = _with_tf_log_level(tf_log_level)
     _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
+    from tfdist.launch.netaddr import advertised_address
+
+    # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
+    # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
+    flags["host"] = advertised_address(str(flags["host"]))
     env = parse_env_pairs(env_pairs)
     refuse_protected(name for name, _ in env)
     timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]

@@ -24,7 +24,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--steps-per-epoch", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=32, help="per replica")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="per replica (default: --global-batch split over the replicas)")
+    parser.add_argument("--global-batch", type=int, default=64,
+                        help="examples per step over the whole job, kept when an elastic job changes size")
     parser.add_argument("--model-dir", default=os.environ.get("TFDIST_MODEL_DIR", "/tmp/tfdist-digits"))
     parser.add_argument("--save-every", type=int, default=None, help="fault-tolerance checkpoint interval, steps")
     parser.add_argument("--seed", type=int, default=7)
@@ -82,7 +85,8 @@ def main(argv: list[str]) -> int:
     if task_type == "evaluator":
         return run_evaluator(tf, args, x_test, y_test)
 
-    batch = runtime.global_batch_size(args.batch_size, strategy)
+    per_replica = args.batch_size or runtime.per_replica_batch(args.global_batch, strategy)
+    batch = runtime.global_batch_size(per_replica, strategy)
     def make_dataset(_context=None):
         ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
         return runtime.shard(ds.shuffle(len(x_train), seed=args.seed).repeat().batch(batch))
@@ -105,12 +109,12 @@ def main(argv: list[str]) -> int:
     steps = int(model.optimizer.iterations.numpy())
     checksum = float(sum(np.abs(w).sum() for w in model.get_weights()))
     print(f"weights_checksum={checksum:.6f}", flush=True)
-    print(f"train_steps={steps} train_seconds={elapsed:.3f}", flush=True)
+    print(f"train_steps={steps} train_seconds={elapsed:.3f} world_size={runtime.world_size()}", flush=True)
     runtime.save_model(model, os.path.join(args.model_dir, "final.keras"))
     runtime.cleanup()
     if runtime.is_chief():
         if runtime.resumed_from_step():
-            print(f"resumed_from_step={runtime.resumed_from_step()}", flush=True)
+            print(f"resumed_from_step={runtime.resumed_from_step()} world_size={runtime.world_size()}", flush=True)
         logits = model(x_test, training=False).numpy()
         accuracy = float((logits.argmax(axis=1) == y_test).mean())
         print(f"final_accuracy={accuracy:.4f}", flush=True)

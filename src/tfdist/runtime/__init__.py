@@ -28,11 +28,12 @@ from tfdist.runtime.training import (
     task,
     tensorboard_dir,
 )
+from tfdist.runtime.world import per_replica_batch, world_size
 
 __all__ = [
     "ClusterInfo", "Keras3MultiWorkerError", "backup_dir", "callbacks", "checkpoint_dir", "cleanup", "cluster_info",
     "configure_devices", "global_batch_size", "is_chief", "record", "resumed_from_step", "save_model", "shard",
-    "strategy", "task", "tensorboard_dir",
+    "per_replica_batch", "strategy", "task", "tensorboard_dir", "world_size",
 ]
 
 install_error_hook()

@@ -1,0 +1,183 @@
+"""``tfdist launch`` across machines: the flags, their checks, and the hand-off to the agent or the ssh driver.
+
+Two ways in, one engine: ``--hostfile/--hosts`` (this machine serves the rendezvous and starts an agent on every
+host over ssh) and ``--nnodes ... --rdzv-endpoint`` (the same command on every machine; the machine that owns the
+endpoint's address serves the rendezvous). Both end in :class:`tfdist.launch.agent.Agent` on every machine.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any, Callable
+
+import click
+
+from tfdist.cli.common import option
+from tfdist.errors import UsageError
+
+MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes", "rdzv_endpoint", "rdzv_id",
+               "node_rank", "node_address", "node_name", "node_timeout", "rdzv_timeout", "rdzv_last_call",
+               "checkpoint_dir", "agent_watch_stdin")
+_NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
+_JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+DEFAULT_RDZV_PORT = 29400
+
+_OPTIONS = [
+    option("--hostfile", type=click.Path(dir_okay=False), help="Run on the machines listed here (host [slots=N] "
+           "lines), started over ssh."),
+    option("--hosts", help="The host list on the command line: a,b:2 (host[:slots])."),
+    option("--include", help="With --hostfile/--hosts: only these hosts (comma-separated)."),
+    option("--exclude", help="With --hostfile/--hosts: leave out these hosts (comma-separated)."),
+    option("--min-nodes", type=click.IntRange(1), help="With --hostfile/--hosts: keep training while at least "
+           "this many machines remain (default: all)."),
+    option("--nnodes", help="Machines in the job: N, or MIN:MAX for an elastic job (same on every machine)."),
+    option("--rdzv-endpoint", help="HOST[:PORT] of the rendezvous; the machine that owns HOST serves it "
+           f"(default port {DEFAULT_RDZV_PORT})."),
+    option("--rdzv-id", help="Job id, the same on every machine (refused otherwise)."),
+    option("--node-rank", type=click.IntRange(0, 9999), help="This machine's rank (0 holds worker 0, the chief); "
+           "default: order of arrival."),
+    option("--node-address", help="Address the other machines reach this one at (default: the address on the "
+           "route to the rendezvous host)."),
+    option("--node-name", help="Name of this machine in reports (default: its address)."),
+    option("--node-timeout", type=click.FloatRange(0.2), default=10.0, show_default=True,
+           help="Seconds without a keep-alive after which a machine counts as lost."),
+    option("--rdzv-timeout", type=click.FloatRange(1), default=300.0, show_default=True,
+           help="Seconds to wait for at least MIN machines (at start and after a loss) before failing."),
+    option("--rdzv-last-call", type=click.FloatRange(0), default=3.0, show_default=True,
+           help="Once MIN machines have joined, seconds to wait for up to MAX before the first round."),
+    option("--checkpoint-dir", type=click.Path(file_okay=False), help="The script's model directory: when the "
+           "machines do not share it, the latest complete backup is copied to each machine before a restart."),
+    option("--agent-watch-stdin", is_flag=True, hidden=True, help="Stop when stdin closes (set over ssh)."),
+]
+
+
+def multi_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    for decorate in reversed(_OPTIONS):
+        func = decorate(func)
+    return func
+
+
+def wants_multi(flags: dict[str, Any]) -> bool:
+    return any(flags.get(name) for name in ("hostfile", "hosts", "nnodes", "rdzv_endpoint"))
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """``2`` -> (2, 2); ``2:3`` -> (2, 3). Raises UsageError naming --nnodes."""
+    match = _NNODES.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"--nnodes {text!r} is not N or MIN:MAX", hint="e.g. --nnodes 2 or --nnodes 2:4")
+    low = int(match.group(1))
+    high = int(match.group(2) or low)
+    if low < 1 or high < low:
+        raise UsageError(f"--nnodes {text!r}: need 1 <= MIN <= MAX", hint="e.g. --nnodes 2:4")
+    return low, high
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``node1:29400`` -> ("node1", 29400); ``node1`` -> ("node1", 29400). Raises UsageError naming the flag."""
+    from tfdist.cluster import parse_address
+
+    text = text.strip()
+    has_port = text.rpartition(":")[2].isdigit() and (not text.startswith("[") or "]:" in text)
+    return parse_address(text if has_port else f"{text}:{DEFAULT_RDZV_PORT}", "--rdzv-endpoint")
+
+
+def job_id(text: str | None) -> str:
+    if text is None:
+        return "tfdist"
+    if not _JOB.fullmatch(text):
+        raise UsageError(f"--rdzv-id {text!r} is not a job id", hint="letters, digits, '.', '_', '-' (max 64)")
+    return text
+
+
+def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, ...], target: tuple[str, ...],
+              env: tuple[tuple[str, str], ...], legacy_keras: bool, raw_env: tuple[str, ...]) -> int:
+    """Validate the multi-machine flags and run the driver (host file) or this machine's agent (rendezvous)."""
+    for flag in ("chief", "evaluator"):
+        if flags.get(flag):
+            raise UsageError(f"--{flag} is not supported across machines yet",
+                             hint="multi-machine jobs run workers; worker 0 on node rank 0 is the chief")
+    if flags.get("ps"):
+        raise UsageError("--ps is not supported across machines yet", hint="use MultiWorkerMirroredStrategy")
+    if flags["workers"] < 1:
+        raise UsageError("-n/--workers must be at least 1 per machine")
+    hostfile_mode = bool(multi["hostfile"] or multi["hosts"])
+    if hostfile_mode and (multi["rdzv_endpoint"] or multi["nnodes"]):
+        raise UsageError("--hostfile/--hosts and --nnodes/--rdzv-endpoint are two ways in: use one",
+                         hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
+    if multi["hostfile"] and multi["hosts"]:
+        raise UsageError("give --hostfile or --hosts, not both")
+    passthrough = _agent_args(multi, flags, raw_env)
+    if hostfile_mode:
+        return _run_hostfile(multi, flags, target, passthrough)
+    if not multi["rdzv_endpoint"]:
+        raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT", hint="the same endpoint on every machine")
+    low, high = parse_nnodes(multi["nnodes"] or "1")
+    host, port = parse_endpoint(multi["rdzv_endpoint"])
+    from tfdist.launch.agent import Agent, AgentSpec
+    from tfdist.launch.probe import versions
+
+    spec = AgentSpec(job=job_id(multi["rdzv_id"]), endpoint_host=host, endpoint_port=port, min_nodes=low,
+                     max_nodes=high, slots=flags["workers"], command=command, node_rank=multi["node_rank"],
+                     node_address=multi["node_address"], node_name=multi["node_name"],
+                     node_timeout=multi["node_timeout"], rdzv_timeout=multi["rdzv_timeout"],
+                     first_round_wait=multi["rdzv_last_call"], grace_period=flags["grace_period"],
+                     hang_timeout=flags["hang_timeout"], gpus_per_task=flags["gpus_per_task"],
+                     warm_spares=bool(flags["warm_spares"]) and (flags["max_restarts"] > 0 or low < high),
+                     max_restarts=flags["max_restarts"], env=env, log_dir=flags["log_dir"],
+                     legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
+                     watch_stdin=multi["agent_watch_stdin"], versions=versions())
+    if multi["node_address"] is not None:
+        from tfdist.launch.netaddr import is_unroutable
+
+        if is_unroutable(multi["node_address"]):
+            raise UsageError(f"--node-address {multi['node_address']} cannot be reached from other machines",
+                             hint="give this machine's address on the network the machines share")
+    return Agent(spec).run()
+
+
+def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str, ...]) -> tuple[str, ...]:
+    args = ["--node-timeout", str(multi["node_timeout"]), "--rdzv-timeout", str(multi["rdzv_timeout"]),
+            "--rdzv-last-call", str(multi["rdzv_last_call"]), "--grace-period", str(flags["grace_period"]),
+            "--hang-timeout", str(flags["hang_timeout"]),
+            "--max-restarts", str(flags["max_restarts"])]
+    if multi["checkpoint_dir"]:
+        args += ["--checkpoint-dir", multi["checkpoint_dir"]]
+    if not flags.get("warm_spares", True):
+        args += ["--no-warm-spares"]
+    if flags.get("gpus_per_task"):
+        args += ["--gpus-per-task", str(flags["gpus_per_task"])]
+    if flags.get("log_dir"):
+        args += ["--log-dir", flags["log_dir"]]
+    for pair in raw_env:
+        args += ["--env", pair]
+    return tuple(args)
+
+
+def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[str, ...],
+                  agent_args: tuple[str, ...]) -> int:
+    from tfdist.launch.elastic import Settings
+    from tfdist.cluster.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
+    from tfdist.launch.ssh_driver import DriverSpec, run
+
+    if multi["hostfile"]:
+        try:
+            with open(multi["hostfile"], encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as bad:
+            raise UsageError(f"--hostfile {multi['hostfile']}: cannot read it ({bad})") from None
+        entries = parse_hostfile(text, multi["hostfile"])
+    else:
+        entries = parse_hosts_flag(multi["hosts"])
+    entries = select_hosts(entries, multi["include"], multi["exclude"])
+    low = multi["min_nodes"] or len(entries)
+    if low > len(entries):
+        raise UsageError(f"--min-nodes {low} is more than the {len(entries)} host(s) listed")
+    job = job_id(multi["rdzv_id"]) if multi["rdzv_id"] else f"tfdist-{secrets.token_hex(4)}"
+    settings = Settings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
+                        rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
+                        max_restarts=flags["max_restarts"],
+                        stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)
+    spec = DriverSpec(hosts=tuple(entries), slots=flags["workers"], target=target, agent_args=agent_args, job=job,
+                      min_nodes=low, max_nodes=len(entries), settings=settings)
+    return run(spec)

@@ -1,0 +1,69 @@
+"""`tfdist launch` across machines, as the command line sees it: bad flags and files are one line and exit 2, and
+--host never puts an unreachable address into TF_CONFIG. Nothing here starts a process or sends a packet."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tfdist.cli.launch_multi import parse_endpoint, parse_nnodes
+from tfdist.cli.main import main
+from tfdist.errors import UsageError
+
+FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
+
+
+@pytest.mark.parametrize("wildcard", ["0.0.0.0", "::"])
+def test_the_wildcard_host_is_listened_on_never_advertised(capsys, wildcard):
+    assert main(["launch", "-n", "2", "--host", wildcard, "--dry-run", "--", FAKE, "x"]) == 0
+    configs = [json.loads(line.split("=", 1)[1]) for line in capsys.readouterr().out.splitlines()
+               if "TF_CONFIG=" in line]
+    addresses = [a for c in configs for a in c["cluster"]["worker"]]
+    assert len(addresses) == 4 and not any(a.startswith(("0.0.0.0", "[::]")) for a in addresses)
+
+
+def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):
+    # 192.0.2.0/24 is TEST-NET-1: no machine has it; binding fails locally and nothing is sent.
+    assert main(["launch", "--host", "192.0.2.10", "--dry-run", "--", FAKE, "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--host 192.0.2.10" in err and "not an address of this machine" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--nnodes", "2"], "--nnodes needs --rdzv-endpoint"),
+    (["--nnodes", "3:2", "--rdzv-endpoint", "h:1"], "--nnodes '3:2'"),
+    (["--nnodes", "two", "--rdzv-endpoint", "h:1"], "--nnodes 'two'"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h;x:1"], "--rdzv-endpoint"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:99999"], "--rdzv-endpoint"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "a b"], "--rdzv-id 'a b'"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--chief"], "--chief is not supported across machines"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--ps", "1"], "--ps is not supported across machines"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--hosts", "a"], "two ways in"),
+    (["--hosts", "a,a"], "host a is listed twice"),
+    (["--hosts", "a", "--include", "b"], "--include: b is not in the host list"),
+    (["--hosts", "a,b", "--min-nodes", "3"], "--min-nodes 3 is more than the 2 host(s)"),
+    (["--hostfile", "/nonexistent/hosts"], "--hostfile /nonexistent/hosts: cannot read it"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--node-address", "127.0.0.1"],
+     "--node-address 127.0.0.1 cannot be reached from other machines"),
+])
+def test_bad_multi_machine_flags_are_one_line(capsys, argv, needle):
+    assert main(["launch", *argv, "--", FAKE, "x"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, expected", [("2", (2, 2)), ("2:4", (2, 4)), (" 1:1 ", (1, 1))])
+def test_nnodes(text, expected):
+    assert parse_nnodes(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [("node1:29401", ("node1", 29401)), ("node1", ("node1", 29400)),
+                                            ("198.18.0.1", ("198.18.0.1", 29400)), ("[::1]:5", ("::1", 5))])
+def test_endpoint(text, expected):
+    assert parse_endpoint(text) == expected
+
+
+def test_endpoint_refuses_garbage():
+    with pytest.raises(UsageError):
+        parse_endpoint("-oProxyCommand=x:1")

@@ -1,0 +1,235 @@
+"""Test machines on one host: one Linux network namespace per "machine" on a bridge, an sshd in each.
+
+Layout (see /work/shared/reference/multi-machine.md): a bridge ``br0`` lives in a namespace of its own, so the host's
+own network is never touched; machine ``i`` (1-based) is namespace ``<prefix>m<i>`` with address ``198.18.0.<i>``
+(RFC 2544's benchmarking range, never a real network) on a veth whose peer is a port of the bridge. Every name carries
+a random per-cluster prefix, so parallel runs never collide. :meth:`Machines.close` kills every process still running
+in the namespaces and deletes them, whatever state the test left them in.
+
+ssh: each machine runs Debian's ``sshd`` with a host key and an authorised key made for this cluster. The client
+config (identity, no host-key prompts) is given to ``ssh`` through a private mount namespace that bind-mounts a
+folder over ``/etc/ssh/ssh_config.d`` (:meth:`Machines.command`), so neither /etc nor /root is edited.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBNET = "198.18.0"
+SSHD = "/usr/sbin/sshd"
+
+
+def why_no_namespaces() -> str | None:
+    """None when this process can make network namespaces, else the reason a test should give for skipping."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"{tool} (iproute2/util-linux) is not installed"
+    probe = f"tfdprobe{secrets.token_hex(3)}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def why_no_sshd() -> str | None:
+    if not os.path.exists(SSHD) or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        return "openssh-server / openssh-client are not installed (.ci/system-deps.sh installs them)"
+    return None
+
+
+def _run(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, text=True)
+
+
+@dataclass
+class Machines:
+    """A set of emulated machines. Use as a context manager, or call :meth:`close` in a ``finally``."""
+
+    count: int
+    prefix: str = field(default_factory=lambda: f"tfd{secrets.token_hex(3)}")
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tfdist-netns-")))
+    ssh: bool = False
+    # machine -> {path as that machine sees it: this host's file or folder}, for everything ssh starts there.
+    sshd_mounts: dict[int, dict[str, str]] = field(default_factory=dict)
+    _sshd: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    # -- names ---------------------------------------------------------------------------------------------------
+    @property
+    def switch(self) -> str:
+        return f"{self.prefix}sw"
+
+    def ns(self, i: int) -> str:
+        return f"{self.prefix}m{i}"
+
+    @staticmethod
+    def address(i: int) -> str:
+        return f"{SUBNET}.{i}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch] + [self.ns(i) for i in range(1, self.count + 1)]
+
+    # -- life cycle ----------------------------------------------------------------------------------------------
+    def __enter__(self) -> "Machines":
+        try:
+            self.create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create(self) -> None:
+        _run("ip", "netns", "add", self.switch)
+        _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+        for i in range(1, self.count + 1):
+            ns = self.ns(i)
+            _run("ip", "netns", "add", ns)
+            # veth names are per namespace once moved, but are created in ours: keep them unique and short (<= 15).
+            inner, outer = f"{self.prefix}v{i}", f"{self.prefix}s{i}"
+            _run("ip", "link", "add", inner, "type", "veth", "peer", "name", outer)
+            _run("ip", "link", "set", inner, "netns", ns)
+            _run("ip", "link", "set", outer, "netns", self.switch)
+            _run("ip", "-n", self.switch, "link", "set", outer, "master", "br0")
+            _run("ip", "-n", self.switch, "link", "set", outer, "up")
+            _run("ip", "-n", ns, "link", "set", inner, "name", "eth0")
+            _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        if self.ssh:
+            self._start_sshd()
+
+    def pids(self, i: int | None = None) -> list[int]:
+        """Processes running in machine ``i`` (every machine and the switch when None)."""
+        names = self.namespaces if i is None else [self.ns(i)]
+        found: list[int] = []
+        for name in names:
+            out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
+            found += [int(p) for p in out.split()]
+        return found
+
+    def sshd_pids(self) -> list[int]:
+        """The sshd daemons (the machines' own services, not the job's), found by their pid files."""
+        pids = []
+        for path in self.ssh_dir.glob("sshd-*.pid") if self.ssh else []:
+            try:
+                pids.append(int(path.read_text().split()[0]))
+            except (OSError, ValueError, IndexError):
+                pass
+        return pids
+
+    def close(self) -> None:
+        """Kill everything running in the namespaces, delete them and the work folder. Safe to call twice."""
+        for proc in self._sshd.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self._sshd.clear()
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for name in self.namespaces:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def existing(self) -> list[str]:
+        """Namespaces of this cluster that still exist (the leak check)."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        return [line.split()[0] for line in listed.splitlines() if line.split() and
+                line.split()[0].startswith(self.prefix)]
+
+    # -- network faults ------------------------------------------------------------------------------------------
+    def cut(self, i: int) -> None:
+        """Cut machine ``i`` off the network (its processes keep running, its packets go nowhere)."""
+        _run("ip", "-n", self.ns(i), "link", "set", "eth0", "down")
+
+    def blackhole(self, i: int, j: int) -> None:
+        """Machine ``i`` can no longer send to machine ``j`` (a one-way partition; both stay on the network)."""
+        _run("ip", "-n", self.ns(i), "route", "add", "blackhole", f"{self.address(j)}/32")
+
+    def reconnect(self, i: int) -> None:
+        _run("ip", "-n", self.ns(i), "link", "set", "eth0", "up")
+
+    # -- ssh -----------------------------------------------------------------------------------------------------
+    @property
+    def ssh_dir(self) -> Path:
+        return self.workdir / "ssh"
+
+    def _start_sshd(self) -> None:
+        keys = self.ssh_dir
+        keys.mkdir(mode=0o700)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host_key"))
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "id_test"))
+        conf_d = keys / "client.d"
+        conf_d.mkdir()
+        (conf_d / "tfdist-test.conf").write_text(
+            f"Host {SUBNET}.*\n  IdentityFile {keys / 'id_test'}\n  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+            "  ConnectTimeout 3\n")
+        os.makedirs("/run/sshd", exist_ok=True)
+        for i in range(1, self.count + 1):
+            config = keys / f"sshd-{i}.conf"
+            config.write_text(
+                f"ListenAddress {self.address(i)}\nPort 22\nHostKey {keys / 'host_key'}\n"
+                f"AuthorizedKeysFile {keys / 'id_test.pub'}\nPermitRootLogin prohibit-password\n"
+                "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                f"PidFile {keys / f'sshd-{i}.pid'}\nAcceptEnv none\nPrintMotd no\n")
+            argv = [SSHD, "-D", "-e", "-f", str(config)]
+            self._sshd[i] = subprocess.Popen(self.command(i, argv, private_dirs=self.sshd_mounts.get(i)),
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for i in range(1, self.count + 1):
+            self._wait_for_port(i, 22)
+
+    def _wait_for_port(self, i: int, port: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        probe = f"import socket; socket.create_connection(('{self.address(i)}', {port}), 0.5).close()"
+        while time.monotonic() < deadline:
+            if subprocess.run(["ip", "netns", "exec", self.ns(i), "python3", "-c", probe],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"sshd on machine {i} did not start listening")
+
+    # -- running things as a machine ---------------------------------------------------------------------------
+    def command(self, i: int, argv: list[str], *, private_dirs: dict[str, str] | None = None) -> list[str]:
+        """``argv`` run as machine ``i``: in its network namespace, in a private mount namespace that gives ssh the
+        test's client config and bind-mounts ``private_dirs`` (target path -> this machine's own folder or file)."""
+        mounts = []
+        if self.ssh:
+            mounts.append((str(self.ssh_dir / "client.d"), "/etc/ssh/ssh_config.d"))
+        for target, source in (private_dirs or {}).items():
+            if not os.path.isfile(source):  # a folder (made if missing); a file is mounted over a file
+                os.makedirs(source, exist_ok=True)
+                os.makedirs(target, exist_ok=True)
+            mounts.append((source, target))
+        wrapped = ["ip", "netns", "exec", self.ns(i)]
+        if not mounts:
+            return wrapped + argv
+        script = " && ".join(f"mount --bind {_q(s)} {_q(t)}" for s, t in mounts) + ' && exec "$@"'
+        return wrapped + ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + argv
+
+
+def _q(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

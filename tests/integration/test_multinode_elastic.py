@@ -1,0 +1,133 @@
+"""Elastic multi-machine training with real TensorFlow: a machine lost (agent SIGKILLed, link cut) and a machine
+that comes back. --nnodes 2:3 on 3 emulated machines, one worker each (the test host has 2 cores)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tfdist.launch.protocol import read_heartbeat
+from tests.integration.multilib import Agent, all_output, rendezvous_args, task_values
+from tests.integration.netns import Machines, why_no_namespaces
+
+pytestmark = [pytest.mark.slow, pytest.mark.tf,
+              pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
+
+# Fewer steps than the 2 x 2 training tests (those check accuracy): what is checked here is where training resumes.
+EPOCHS, STEPS = 2, 30
+TOTAL_STEPS = EPOCHS * STEPS
+SCRIPT = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--no-tensorboard",
+          "--step-delay", "0.05"]
+
+
+def heartbeat_step(log_dir: str, round_: int, index: int) -> int | None:
+    record = read_heartbeat(os.path.join(log_dir, f"round-{round_}", f"worker-{index}.heartbeat"))
+    return None if record is None else record.step
+
+
+def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list[Agent], timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reached = heartbeat_step(log_dir, round_, index)
+        if reached is not None and reached >= step:
+            return reached
+        if any(a.proc.poll() is not None for a in agents):
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"worker {index} of round {round_} never reached step {step}:\n"
+                         + all_output(agents)[-4000:])
+
+
+def start(machines, tmp_path, which, nnodes: str, *extra: str) -> list[Agent]:
+    model = str(tmp_path / "model")
+    return [Agent(machines, i, rendezvous_args(machines, nnodes, 1, model, "--log-dir", str(tmp_path / f"logs{i}"),
+                                               "--node-rank", str(i - 1), *extra, script=SCRIPT),
+                  tmp_path).start() for i in which]
+
+
+@pytest.mark.parametrize("fault", ["agent-killed", "link-cut"])
+def test_a_lost_machine_the_job_finishes_on_the_others_from_a_checkpoint(tmp_path, fault):
+    with Machines(3) as machines:
+        agents = start(machines, tmp_path, (1, 2, 3), "2:3", "--rdzv-timeout", "30")
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
+        if fault == "agent-killed":
+            os.kill(agents[2].proc.pid, signal.SIGKILL)
+        else:
+            machines.cut(3)
+        codes = [a.wait() for a in agents[:2]]
+        text = all_output(agents[:2])
+        assert codes == [0, 0], text[-4000:]
+        assert "lost machines: 198.18.0.3" in agents[0].err
+        # The survivors' next round starts from warm spares (TensorFlow imported while round 0 trained).
+        assert re.search(r"round 1: started workers .*\(1 from warm spares\)", agents[0].err), agents[0].err[-3000:]
+        resumed = re.search(r"resumed_from_step=(\d+) world_size=(\d+)", text)
+        assert resumed and int(resumed.group(1)) >= 5 and resumed.group(2) == "2"
+        steps = task_values(text, "train_steps")
+        assert set(steps.values()) == {str(TOTAL_STEPS)} and len(steps) == 2
+        if fault == "link-cut":
+            # The machine cut off noticed too, stopped its task, and tries to join again (or gave up, after
+            # --rdzv-timeout): only its agent may be left there.
+            assert "lost the rendezvous (no keep-alive for 2s)" in agents[2].err
+            assert set(machines.pids(3)) <= {agents[2].proc.pid}
+            agents[2].proc.kill()
+            agents[2].wait()
+    assert machines.existing() == []
+
+
+def test_below_min_the_job_waits_then_fails_with_exit_3_naming_the_lost_machine(tmp_path):
+    with Machines(3) as machines:
+        agents = start(machines, tmp_path, (1, 2, 3), "3", "--rdzv-timeout", "3")
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 10, agents)
+        os.kill(agents[2].proc.pid, signal.SIGKILL)
+        codes = [a.wait() for a in agents[:2]]
+        assert codes == [3, 3], all_output(agents)[-4000:]
+        assert "waited 3s for at least 3 machine(s), have 2" in agents[0].err
+        assert "lost machines: 198.18.0.3" in agents[0].err
+        assert machines.pids() == []
+    assert machines.existing() == []
+
+
+def test_a_machine_that_comes_back_is_taken_in_with_no_step_lost(tmp_path):
+    with Machines(3) as machines:
+        agents = start(machines, tmp_path, (1, 2), "2:3", "--rdzv-last-call", "0")
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 10, agents)
+        agents += start(machines, tmp_path, (3,), "2:3")
+        codes = [a.wait() for a in agents]
+        text = all_output(agents)
+        assert codes == [0, 0, 0], text[-4000:]
+        saved = {int(s) for s in re.findall(r"preempted: state saved at step (\d+)", text)}
+        resumed = re.search(r"resumed_from_step=(\d+) world_size=(\d+)", text)
+        assert len(saved) == 1 and resumed and int(resumed.group(1)) == saved.pop()  # 0 steps lost
+        assert resumed.group(2) == "3"
+        assert set(task_values(text, "world_size").values()) == {"3"}
+        assert set(task_values(text, "train_steps").values()) == {str(TOTAL_STEPS)}
+    assert machines.existing() == []
+
+
+def test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup(tmp_path):
+    model = str(tmp_path / "model")
+    with Machines(3) as machines:
+        agents = []
+        for i in (1, 2, 3):
+            args = rendezvous_args(machines, "2:3", 1, model, "--log-dir", str(tmp_path / f"logs{i}"), "--node-rank",
+                                   str(i - 1), "--checkpoint-dir", model, script=SCRIPT)
+            agents.append(Agent(machines, i, args, tmp_path, private_dirs={model: str(tmp_path / f"own{i}")}).start())
+        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
+        os.kill(agents[1].proc.pid, signal.SIGKILL)
+        codes = [agents[0].wait(), agents[2].wait()]
+        text = all_output([agents[0], agents[2]])
+        assert codes == [0, 0], text[-4000:]
+        assert "checkpoint directory: not shared" in agents[0].err
+        copied = re.search(r"restored backup (ckpt-\d+) from 198\.18\.0\.1 \(\d+ files, SHA-256 checked\)",
+                           agents[2].err)
+        assert copied, agents[2].err[-3000:]
+        resumed = re.search(r"resumed_from_step=(\d+) world_size=2", text)
+        assert resumed and int(resumed.group(1)) >= 5
+        checksums = task_values(text, "weights_checksum")
+        assert len(checksums) == 2 and len(set(checksums.values())) == 1  # both resumed from the same state
+        assert set(task_values(text, "train_steps").values()) == {str(TOTAL_STEPS)}
+        assert not (tmp_path / "model" / "backup").exists()  # each machine wrote only into its own folder
+    assert machines.existing() == []
