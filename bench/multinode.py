@@ -1,6 +1,6 @@
 """Benchmark for multi-machine launches (issue: several machines), on machines emulated with network namespaces.
 
-Medians over --trials rounds, examples/digits.py with one worker per machine:
+Medians over --trials rounds, tfdist.examples.digits with one worker per machine:
 - (a) end to end: 2 machines x 1 worker (rendezvous) vs 1 machine x 2 workers (plain launch), alternating;
       goal ratio <= 1.10.
 - (b) arrival: the last machine's agent starts -> the first training step on any machine.
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "src"))
 from tests.integration.netns import Machines, why_no_namespaces  # noqa: E402
 from tfdist.launch.protocol import read_heartbeat  # noqa: E402
 
-DIGITS = str(REPO / "examples" / "digits.py")
+DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SCRIPT = ["--epochs", "2", "--steps-per-epoch", "40", "--save-every", "5", "--no-tensorboard"]
 NODE_TIMEOUT = 3.0
 ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}

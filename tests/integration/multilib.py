@@ -1,4 +1,4 @@
-"""Running real multi-machine `tfdist launch` jobs of examples/digits.py on emulated machines (see netns.py)."""
+"""Running real multi-machine `tfdist launch` jobs of tfdist.examples.digits on emulated machines (see netns.py)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 from tests.integration.netns import Machines
 
-DIGITS = str(REPO_ROOT / "examples" / "digits.py")
+DIGITS = str(REPO_ROOT / "src" / "tfdist" / "examples" / "digits.py")
 EPOCHS, STEPS = 3, 40
 TOTAL_STEPS = EPOCHS * STEPS
 SCRIPT_ARGS = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--no-tensorboard"]

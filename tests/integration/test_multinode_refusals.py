@@ -64,7 +64,7 @@ def test_an_unreachable_host_is_named(tmp_path):
 
 @needs_ssh
 def test_a_script_missing_on_one_host_is_named(tmp_path):
-    mounts = {2: {str(REPO_ROOT / "examples"): str(tmp_path / "empty")}}
+    mounts = {2: {str(REPO_ROOT / "src" / "tfdist" / "examples"): str(tmp_path / "empty")}}
     with Machines(2, ssh=True, sshd_mounts=mounts) as machines:
         driver = _driver(machines, tmp_path, "198.18.0.1,198.18.0.2")
         assert driver.wait(120) == 2
