@@ -139,3 +139,12 @@ def test_layers_import_only_downwards():
             if any(name == banned or name.startswith(banned + ".") for banned in LAYERS.get(package, ())):
                 crossings.append(f"{path.relative_to(SRC)} imports {name}")
     assert crossings == []
+
+
+def test_ipv6_bracketing_is_written_once():
+    # The shape of every copy: f"[{host}]:{port}". Only cluster/address.py may write it.
+    owners = sorted({str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
+                     if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+                     and node.values[0].value == "[" and any(isinstance(v, ast.Constant) and str(v.value).startswith("]:")
+                                                             for v in node.values)})
+    assert owners == ["cluster/address.py"]

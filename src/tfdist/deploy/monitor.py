@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from tfdist.cluster.address import format_address
 from tfdist.errors import UsageError
 
 TARGETS = ("local", "slurm", "k8s")
@@ -94,18 +95,14 @@ def k8s_selector(job: str) -> str:
     return f"app.kubernetes.io/name={job},app.kubernetes.io/created-by=tfdist"
 
 
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def local_targets(spec: ScrapeSpec) -> list[str]:
     """``host:port`` of each local task, in the launcher's task order."""
-    return [_address(spec.host, spec.port + i) for i in range(spec.tasks)]
+    return [format_address(spec.host, spec.port + i) for i in range(spec.tasks)]
 
 
 def slurm_targets(spec: ScrapeSpec) -> list[dict[str, Any]]:
     """The file_sd document for a Slurm job: every node's tasks, labelled with the node."""
-    return [{"targets": [_address(node, spec.port + i) for i in range(spec.tasks)],
+    return [{"targets": [format_address(node, spec.port + i) for i in range(spec.tasks)],
              "labels": {"slurm_node": node}} for node in spec.nodes]
 
 
@@ -121,7 +118,7 @@ def scrape_config(spec: ScrapeSpec) -> dict[str, Any]:
     if spec.target == "local":
         static: list[dict[str, Any]] = [{"targets": local_targets(spec), "labels": {"tfdist_role": "task"}}]
         if spec.launcher_port is not None:
-            static.append({"targets": [_address(spec.host, spec.launcher_port)],
+            static.append({"targets": [format_address(spec.host, spec.launcher_port)],
                            "labels": {"tfdist_role": "launcher"}})
         job["static_configs"] = static
     elif spec.target == "slurm":
