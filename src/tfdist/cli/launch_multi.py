@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import click
 
-from tfdist.cli.common import option
+from tfdist.cli.common import PathText, option
 from tfdist.errors import UsageError
 
 MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes", "rdzv_endpoint", "rdzv_id",
@@ -23,7 +23,7 @@ _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_RDZV_PORT = 29400
 
 _OPTIONS = [
-    option("--hostfile", type=click.Path(dir_okay=False), help="Run on the machines listed here (host [slots=N] "
+    option("--hostfile", type=PathText(dir_okay=False), help="Run on the machines listed here (host [slots=N] "
            "lines), started over ssh."),
     option("--hosts", help="The host list on the command line: a,b:2 (host[:slots])."),
     option("--include", help="With --hostfile/--hosts: only these hosts (comma-separated)."),
@@ -45,7 +45,7 @@ _OPTIONS = [
            help="Seconds to wait for at least MIN machines (at start and after a loss) before failing."),
     option("--rdzv-last-call", type=click.FloatRange(0), default=3.0, show_default=True,
            help="Once MIN machines have joined, seconds to wait for up to MAX before the first round."),
-    option("--checkpoint-dir", type=click.Path(file_okay=False), help="The script's model directory: when the "
+    option("--checkpoint-dir", type=PathText(file_okay=False), help="The script's model directory: when the "
            "machines do not share it, the latest complete backup is copied to each machine before a restart."),
     option("--agent-watch-stdin", is_flag=True, hidden=True, help="Stop when stdin closes (set over ssh)."),
 ]

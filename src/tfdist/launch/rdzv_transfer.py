@@ -29,7 +29,7 @@ from tfdist.launch import rdzv_protocol as P
 # tf-keras' name for the folder the chief writes and every worker restores from (worker_training_state.py).
 CHIEF_FOLDER = "chief"
 _INDEX_LINE = re.compile(r'^model_checkpoint_path:\s*"([^"/]+)"', re.M)
-_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)$")
+_SHARD = re.compile(r"\.data-(\d+)-of-(\d+)\Z")
 
 
 def _sha256(path: str) -> str:
@@ -41,7 +41,7 @@ def _sha256(path: str) -> str:
 
 
 def _counter(name: str) -> int:
-    found = re.search(r"(\d+)$", name)
+    found = re.search(r"(\d+)\Z", name)
     return int(found.group(1)) if found else -1
 
 
