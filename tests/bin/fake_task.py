@@ -38,6 +38,9 @@ def main() -> int:
     p.add_argument("--chatter", type=int, default=0, help="print this many 1 kB lines to stdout and stderr")
     p.add_argument("--abort-like-no-threads", action="append", default=[],
                    help="TASK: die as a C++ runtime that could not create a thread does (SIGABRT)")
+    p.add_argument("--others-wait", action="store_true",
+                   help="in an attempt where --fail/--raise names another task, wait (up to 60 s) to be stopped "
+                        "instead of finishing: the failure then always comes first, however slowly tasks start")
     p.add_argument("--total-steps", type=int, default=None,
                    help="train this many 20 ms steps (instead of --sleep), reporting the total and a falling loss")
     args = p.parse_args()
@@ -102,6 +105,9 @@ def main() -> int:
                 time.sleep(0.02)
             print(f"{me} failing with {code}", file=sys.stderr, flush=True)
             return int(code)
+    failing = {spec.rpartition(":")[0] for spec in args.fail} | set(args.raise_in)
+    if active and args.others_wait and failing - {me}:
+        time.sleep(60)  # the launcher stops this task once the failing one has failed
     if info.task_type == "ps":
         time.sleep(3600)  # parameter servers serve until stopped
     deadline = time.monotonic() + args.sleep

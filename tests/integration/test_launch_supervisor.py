@@ -49,7 +49,7 @@ def test_two_workers_succeed_with_prefixed_output_and_logs(tmp_path):
 def test_failed_task_restarts_whole_group_then_succeeds(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", "--max-restarts", "2", "--backoff", "0", FAKE, str(out), "--fail", "worker:1:5",
-                    "--first-attempt-only", "--sleep", "1.0")
+                    "--first-attempt-only", "--others-wait", "--sleep", "1.0")
     assert result.returncode == 0, result.stderr
     got = records(out)
     assert {"worker-0-0", "worker-1-0", "worker-0-1", "worker-1-1"} <= set(got)
@@ -60,7 +60,8 @@ def test_failed_task_restarts_whole_group_then_succeeds(tmp_path):
 
 def test_exception_gives_root_cause_report_and_status_3(tmp_path):
     out = tmp_path / "out"
-    result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out), "--raise", "worker:1")
+    result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out), "--raise", "worker:1",
+                    "--others-wait")
     assert result.returncode == 3
     report = result.stderr[result.stderr.index("did not succeed"):]
     assert "after 2 attempt(s)" in report
@@ -158,7 +159,7 @@ def test_launcher_metrics_count_restarts_and_task_states(tmp_path):
 
     metrics = LauncherMetrics("unit-job")
     spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--fail", "worker:1:4",
-                               "--first-attempt-only"), workers=2, max_restarts=1, backoff=0,
+                               "--first-attempt-only", "--others-wait"), workers=2, max_restarts=1, backoff=0,
                       log_dir=str(tmp_path / "logs"))
     result = Supervisor(spec, metrics=metrics).run()
     assert result.succeeded
