@@ -173,7 +173,7 @@ def test_restart_uses_warm_spares(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "TFDIST_WARM_PRELOAD": "json"}  # stands in for TensorFlow: fast to import
     result = launch("-n", "2", "--max-restarts", "1", "--backoff", "0", FAKE, str(out), "--fail", "worker:1:5",
-                    "--fail-delay", "1.5", "--first-attempt-only", "--sleep", "2", env=env)
+                    "--fail-delay", "1.5", "--first-attempt-only", "--sleep", "3.5", env=env)
     assert result.returncode == 0, result.stderr
     assert "attempt 1: started 2 task(s) (2 from warm spares)" in result.stderr
     got = records(out)
