@@ -35,7 +35,7 @@ dist: | $(BIN)/python
 	$(BIN)/python -m build --outdir dist . > build-dist.log 2>&1 || { cat build-dist.log; exit 1; }
 	@rm -f build-dist.log; ls dist
 
-## system-deps: the system packages the tests use (Slurm, munge, Prometheus, zsh, fish), as CI installs them
+## system-deps: the system packages the tests use (Slurm, munge, Prometheus, zsh, fish, tmux, OpenSSH, iproute2), as CI installs them
 system-deps:
 	bash .ci/system-deps.sh
 
