@@ -103,7 +103,7 @@ def test_every_tfdist_variable_in_the_source_is_registered():
     twins = tuple(f"TFDIST_{name.upper().replace('-', '_')}_" for name in COMMANDS)  # TFDIST_<COMMAND>_<FLAG>
     names = {n for n in names if not n.startswith(twins)}
     missing = sorted(n for n in names if n not in P.VARIABLES)
-    assert not missing, f"add these to tfdist.launch.protocol.REGISTRY: {missing}"
+    assert not missing, f"add these to tfdist.launch.variables.REGISTRY: {missing}"
 
 
 def test_readme_table_is_generated_from_the_registry():
