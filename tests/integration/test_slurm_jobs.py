@@ -154,7 +154,7 @@ def _digits_job(slurm, tmp_path: Path, capsys, name: str, *extra: str) -> tuple[
 
 
 def _value(log: str, key: str) -> float | None:
-    found = re.findall(rf"^{key}=([-+0-9.e]+)$", log, re.M)
+    found = re.findall(rf"^{key}=([-+0-9.e]+)(?: |$)", log, re.M)  # "resumed_from_step=N world_size=W" too
     return float(found[-1]) if found else None
 
 
