@@ -245,8 +245,9 @@ class Agent:
         if outcome is None:
             return
         outcome_name, detail = outcome
-        if outcome_name != "succeeded":
-            group.stop(graceful=outcome_name == "preempted")
+        # Also after success: stopping joins the output pumps (and sweeps strays), so the workers' last lines are
+        # relayed before this agent can exit (a worker's final line was lost once without it).
+        group.stop(graceful=outcome_name == "preempted")
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
         if outcome_name != "succeeded":
