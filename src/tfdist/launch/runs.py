@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.statedir import state_dir
 
 RUN_FILE = "run.json"
 TASKS_FILE = "tasks.json"
@@ -32,13 +33,6 @@ KEEP_RECORDS = 100
 RUNNING = "running"
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-def state_dir(environ: Mapping[str, str]) -> Path:
-    """tfdist's state folder: ``$XDG_STATE_HOME/tfdist``, else ``~/.local/state/tfdist``."""
-    base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"),
-                                                          ".local", "state")
-    return Path(base) / "tfdist"
 
 
 def records_dir(environ: Mapping[str, str]) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.statedir import state_dir as tfdist_state_dir
 
 Tool = Literal["pip", "uv", "conda"]
 Scope = Literal["user", "global", "site"]
@@ -77,7 +78,6 @@ class ConfigPaths:
         dirs_value = "" if root else env.get("XDG_CONFIG_DIRS", "")
         xdg_dirs = tuple(Path(p) for p in dirs_value.split(os.pathsep) if p) or (etc / "xdg",)
         prefix = Path(env["VIRTUAL_ENV"]) if env.get("VIRTUAL_ENV") else Path(sys.prefix)
-        state_home = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else home / ".local" / "state"
         return cls(
             home=home,
             xdg_config_home=xdg_home,
@@ -89,7 +89,7 @@ class ConfigPaths:
             condarc=Path(env["CONDARC"]) if env.get("CONDARC") else None,
             conda_prefix=Path(env["CONDA_PREFIX"]) if env.get("CONDA_PREFIX") else None,
             conda_root=_conda_root(env),
-            state_dir=state_home / "tfdist" / "mirror",
+            state_dir=tfdist_state_dir(env) / "mirror",
         )
 
     @property
