@@ -21,7 +21,7 @@ def served():
     Counter("probe_hits", "A series to find on /metrics.", registry=registry).inc()
     state = {"healthy": True}
     server = srv.MetricsServer(registry, lambda: (state["healthy"], {"status": "ok" if state["healthy"] else "x"}),
-                               0, io_timeout=0.3, idle_seconds=0.5)
+                               0, request_seconds=0.3, idle_seconds=0.5)
     yield server, state
     server.close()
 
@@ -95,11 +95,53 @@ def test_idle_and_stalled_connections_are_closed(served):
     try:
         started = time.monotonic()
         assert idle.recv(1) == b""  # closed by the server after idle_seconds
-        assert stalled.recv(1024) == b""  # its headers never came: closed after io_timeout, no answer
+        assert stalled.recv(1024) == b""  # its headers never came: closed after request_seconds, no answer
         assert time.monotonic() - started < 4  # well before the 5 s client timeout
     finally:
         idle.close()
         stalled.close()
+
+
+def test_slow_clients_cannot_silence_healthz(served):
+    """Clients that each send one byte just inside the old per-read timeout held every answering thread, so a
+    liveness probe got no answer for as long as they kept it up; a whole-request deadline bounds them."""
+    server, _ = served
+    slow = [socket.create_connection((server.host, server.port), timeout=5) for _ in range(srv.WORKER_THREADS)]
+    stop = threading.Event()
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200
+
+    def trickle() -> None:
+        for offset in range(len(request)):  # about 40 s at most: far longer than any answer below needs
+            for connection in slow:
+                try:
+                    connection.send(request[offset:offset + 1])
+                except OSError:
+                    pass  # closed by the server: keep the others going
+            if stop.wait(0.2):  # two thirds of the fixture's 0.3 s: each byte comes just in time
+                return
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    try:
+        status, _, body = _request(server, "GET", "/healthz")
+        assert status == 200 and json.loads(body) == {"status": "ok"}
+        assert trickler.is_alive()  # answered while the slow clients were still sending
+    finally:
+        stop.set()
+        trickler.join()
+        for connection in slow:
+            connection.close()
+
+
+def test_a_head_longer_than_the_limit_is_dropped_unanswered(served):
+    server, _ = served
+    with socket.create_connection((server.host, server.port), timeout=5) as greedy:
+        try:
+            greedy.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * (srv.MAX_HEAD_BYTES + 10))
+        except OSError:
+            pass  # the server may close before the last bytes are taken
+        assert greedy.recv(1024) == b""
+    assert _request(server, "GET", "/healthz")[0] == 200
 
 
 def test_connections_beyond_the_cap_close_the_oldest(served, monkeypatch):

@@ -4,15 +4,18 @@ The server is bounded, because the port may be reachable by anything on the netw
 
 - exactly two paths: ``/metrics`` (Prometheus text format) and ``/healthz`` (JSON); any other path is 404 and any
   method but GET is 405, so a probe written as ``/healthz/`` fails loudly instead of reading the metrics page;
-- idle connections cost a socket, not a thread: one thread waits on all of them (``selectors``) and hands a
-  connection to a small pool only once a request has arrived; connections idle for :data:`IDLE_SECONDS`, and the
-  oldest beyond :data:`MAX_CONNECTIONS`, are closed;
-- every read and write has a :data:`IO_TIMEOUT_SECONDS` timeout;
+- idle and slow connections cost a socket, not a thread: one thread waits on all of them (``selectors``), reads
+  each request's head without blocking, and hands a connection to a small pool only once its whole head has arrived;
+  connections idle for :data:`IDLE_SECONDS`, and the oldest beyond :data:`MAX_CONNECTIONS`, are closed;
+- a whole-request deadline, not a per-read timeout: from its first byte to the last byte of the answer, a request has
+  :data:`REQUEST_SECONDS`, and its head at most :data:`MAX_HEAD_BYTES`. A per-read timeout let a few clients that
+  send one byte just inside it hold every answering thread, so ``/healthz`` went silent and a liveness probe failed;
 - the port is checked before binding, and a busy one names the flag or variable it came from. (``tfdist launch``
   warns about a non-loopback ``--metrics-host`` before anything starts.)
 """
 from __future__ import annotations
 
+import io
 import json
 import selectors
 import socket
@@ -35,7 +38,11 @@ WORKER_THREADS = 4
 # Open connections kept waiting for a request; the oldest beyond this are closed.
 MAX_CONNECTIONS = 128
 IDLE_SECONDS = 30.0
-IO_TIMEOUT_SECONDS = 5.0
+# From a request's first byte to its answer's last: a probe or a scrape needs milliseconds.
+REQUEST_SECONDS = 5.0
+# A GET's request line and headers; anything longer is not a probe or a scraper.
+MAX_HEAD_BYTES = 16 * 1024
+_END_OF_HEAD = (b"\r\n\r\n", b"\n\n")
 
 Health = Callable[[], tuple[bool, dict[str, Any]]]
 
@@ -70,28 +77,63 @@ def make_app(registry: CollectorRegistry, health: Health) -> Callable[..., Itera
     return app
 
 
+class _Request:
+    """A connection whose request head has arrived whole, and the moment its answer must be sent by."""
+
+    def __init__(self, connection: socket.socket, head: bytes, deadline: float) -> None:
+        self.connection, self.head, self.deadline = connection, head, deadline
+
+
 class _QuietHandler(WSGIRequestHandler):
+    """Answers from the head read by the selector and sends the answer in one write bounded by the deadline."""
+
+    request: _Request
+
     def setup(self) -> None:
-        self.timeout = self.server.io_timeout  # type: ignore[attr-defined] - applied to the socket by setup()
-        super().setup()
+        self.connection = self.request.connection
+        self.rfile = io.BytesIO(self.request.head)  # a body, if any, is never read: only GET is answered
+        self.wfile = io.BytesIO()
+
+    def finish(self) -> None:
+        left = self.request.deadline - time.monotonic()
+        if left <= 0:
+            return
+        # One sendall under one timeout bounds the whole write (the timeout is not reset per chunk sent).
+        self.connection.settimeout(left)
+        self.connection.sendall(self.wfile.getvalue())
 
     # One access-log line per scrape would flood the task's log.
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
         pass
 
 
+class _Waiting:
+    """A connection the selector holds: when it came, the head read so far, and the deadline once a byte came."""
+
+    def __init__(self, accepted_at: float) -> None:
+        self.accepted_at = accepted_at
+        self.head = bytearray()
+        self.deadline: float | None = None
+
+    def expired(self, now: float, idle_seconds: float) -> bool:
+        if self.deadline is None:
+            return now - self.accepted_at > idle_seconds
+        return now > self.deadline
+
+
 class _BoundedServer(WSGIServer):
-    """A WSGI server whose idle connections wait in one selector and whose requests run in a fixed pool."""
+    """A WSGI server whose connections wait in one selector until their request head is whole, and whose requests
+    run in a fixed pool."""
 
     request_queue_size = MAX_CONNECTIONS  # the listen backlog: bursts of connections wait in the kernel
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, *, io_timeout: float,
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, *, request_seconds: float,
                  idle_seconds: float) -> None:
         self.address_family = family
-        self.io_timeout, self.idle_seconds = io_timeout, idle_seconds
+        self.request_seconds, self.idle_seconds = request_seconds, idle_seconds
         super().__init__(address, _QuietHandler)
         self._pool = ThreadPoolExecutor(max_workers=WORKER_THREADS, thread_name_prefix="tfdist-metrics")
-        self._waiting: dict[socket.socket, float] = {}  # connection -> when it was accepted (insertion ordered)
+        self._waiting: dict[socket.socket, _Waiting] = {}  # insertion order is acceptance order
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._wake_reader, self._wake_writer = socket.socketpair()  # makes shutdown() end the wait at once
@@ -102,20 +144,13 @@ class _BoundedServer(WSGIServer):
                 selector.register(self.socket, selectors.EVENT_READ)
                 selector.register(self._wake_reader, selectors.EVENT_READ)
                 while not self._stopping.is_set():
-                    for key, _ in selector.select(poll_interval):
+                    for key, _ in selector.select(min(poll_interval, self.request_seconds / 4)):
                         if key.fileobj is self._wake_reader:
                             continue
                         if key.fileobj is self.socket:
                             self._accept(selector)
-                        else:
-                            connection = key.fileobj
-                            selector.unregister(connection)
-                            self._waiting.pop(connection, None)  # type: ignore[call-overload]
-                            try:
-                                self._pool.submit(self._answer, connection)
-                            except RuntimeError:  # the interpreter is exiting: no more answers
-                                connection.close()
-                                return
+                        elif not self._read(selector, key.fileobj):  # type: ignore[arg-type]
+                            return
                     self._expire(selector)
                 for connection in list(self._waiting):
                     self._drop(selector, connection)
@@ -127,17 +162,45 @@ class _BoundedServer(WSGIServer):
             connection, _ = self.socket.accept()
         except OSError:
             return
+        connection.setblocking(False)
         while len(self._waiting) >= MAX_CONNECTIONS:
             self._drop(selector, next(iter(self._waiting)))
-        self._waiting[connection] = time.monotonic()
+        self._waiting[connection] = _Waiting(time.monotonic())
         selector.register(connection, selectors.EVENT_READ)
 
-    def _expire(self, selector: selectors.BaseSelector) -> None:
-        deadline = time.monotonic() - self.idle_seconds
-        for connection, since in list(self._waiting.items()):
-            if since >= deadline:
-                break  # insertion order is acceptance order
+    def _read(self, selector: selectors.BaseSelector, connection: socket.socket) -> bool:
+        """Read what arrived without blocking; hand the request to the pool once its head is whole.
+
+        False when the pool no longer takes work (the interpreter is exiting)."""
+        waiting = self._waiting[connection]
+        try:
+            chunk = connection.recv(MAX_HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            chunk = b""
+        if not chunk or len(waiting.head) + len(chunk) > MAX_HEAD_BYTES:
             self._drop(selector, connection)
+            return True
+        if waiting.deadline is None:
+            waiting.deadline = time.monotonic() + self.request_seconds
+        waiting.head += chunk
+        if not any(end in waiting.head for end in _END_OF_HEAD):
+            return True
+        selector.unregister(connection)
+        del self._waiting[connection]
+        try:
+            self._pool.submit(self._answer, _Request(connection, bytes(waiting.head), waiting.deadline))
+        except RuntimeError:  # the interpreter is exiting: no more answers
+            connection.close()
+            return False
+        return True
+
+    def _expire(self, selector: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        for connection, waiting in list(self._waiting.items()):
+            if waiting.expired(now, self.idle_seconds):
+                self._drop(selector, connection)
 
     def _drop(self, selector: selectors.BaseSelector, connection: socket.socket) -> None:
         self._waiting.pop(connection, None)
@@ -147,14 +210,13 @@ class _BoundedServer(WSGIServer):
             pass
         connection.close()
 
-    def _answer(self, connection: socket.socket) -> None:
+    def _answer(self, request: _Request) -> None:
         try:
-            connection.settimeout(self.io_timeout)
-            self.finish_request(connection, connection.getpeername())
+            self.finish_request(request, request.connection.getpeername())  # type: ignore[arg-type]
         except (OSError, ValueError):
-            pass  # a client that went away or stalled is not the server's problem
+            pass  # a client that went away or stopped reading is not the server's problem
         finally:
-            self.shutdown_request(connection)
+            self.shutdown_request(request.connection)
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -174,17 +236,18 @@ class MetricsServer:
         port: TCP port; 0 picks a free one (see :attr:`port`).
         host: address to bind.
         what: the flag or variable the port came from, named in errors (``--metrics-port``).
-        io_timeout: seconds any one read or write of a request may take.
+        request_seconds: seconds a request may take from its first byte to its answer's last.
         idle_seconds: seconds a connection may stay open without sending a request.
     """
 
     def __init__(self, registry: CollectorRegistry, health: Health, port: int, host: str = DEFAULT_HOST, *,
-                 what: str = "--metrics-port", io_timeout: float = IO_TIMEOUT_SECONDS,
+                 what: str = "--metrics-port", request_seconds: float = REQUEST_SECONDS,
                  idle_seconds: float = IDLE_SECONDS) -> None:
         port = check_port(port, what, allow_zero=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            self._server = _BoundedServer((host, port), family, io_timeout=io_timeout, idle_seconds=idle_seconds)
+            self._server = _BoundedServer((host, port), family, request_seconds=request_seconds,
+                                          idle_seconds=idle_seconds)
         except OSError as failure:
             raise TfdistError(f"cannot serve metrics on {format_address(host, port)} ({what}): "
                               f"{failure.strerror or failure}",
