@@ -81,6 +81,22 @@ def test_bad_files_are_refused_naming_file_and_key(tmp_path: Path, monkeypatch: 
     assert str(tmp_path / "tfdist.toml") in err and named in err
 
 
+@pytest.mark.parametrize("text", [
+    "a = " + "[" * 20000 + "]" * 20000,  # past the parser's recursion limit
+    "a = " + "{b=" * 20000 + "}" * 20000,
+    "a = " + "[" * 300 + "]" * 300,  # parsed, but deeper than any walk over it should go
+    "[" + ".".join(["launch"] + ["x"] * 40) + "]",
+], ids=["arrays-20000", "tables-20000", "arrays-300", "dotted-40"])
+@pytest.mark.parametrize("argv", [["--version"], ["status"], ["launch", "--dry-run", "--", "train.py"]])
+def test_a_deeply_nested_file_is_one_line_for_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             text: str, argv: list[str]) -> None:
+    (tmp_path / "tfdist.toml").write_text(text)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert str(tmp_path / "tfdist.toml") in err and "deep" in err
+
+
 def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "tfdist.toml").write_text("[launch]\nworkers = 3\nmax-restarts = 2\n")

@@ -41,12 +41,28 @@ class ConfigFile:
 ACTIVE = ConfigFile()
 
 
+# Command tables nest three deep ([mirror.test] holds lists of strings); anything far deeper is not a tfdist config,
+# and a parser or a walk that recurses through it would overflow the stack.
+MAX_NESTING = 16
+
+
 def _parse(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as failure:
         raise ConfigFileError(f"cannot read {path}: {getattr(failure, 'strerror', None) or failure}",
                               hint="fix or remove the file") from None
+    try:
+        table = _parse_text(path, text)
+    except RecursionError:  # tomllib and tomlkit recurse once per level of nesting
+        table = None
+    if table is None or _nesting(table) > MAX_NESTING:
+        raise ConfigFileError(f"{path} nests tables or arrays more than {MAX_NESTING} deep",
+                              hint="fix the file; a tfdist config is a few flat tables") from None
+    return table
+
+
+def _parse_text(path: Path, text: str) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
 
@@ -58,8 +74,23 @@ def _parse(path: Path) -> dict[str, Any]:
 
     try:
         return dict(tomlkit.parse(text).unwrap())
+    except RecursionError:
+        raise
     except Exception as failure:  # tomlkit raises several parse error types
         raise ConfigFileError(f"{path} is not valid TOML: {failure}", hint="fix the file") from None
+
+
+def _nesting(value: Any) -> int:
+    """How deep tables and arrays nest in ``value``, measured without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def find_config(folder: Path) -> ConfigFile:
