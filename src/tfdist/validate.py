@@ -24,6 +24,8 @@ rule                      consumer and source of the limits
 :func:`one_line`          free text for a comment or a config value: no control or format characters
 ========================  ================================================================================
 
+Text that is only shown, never refused (a machine's name, what a peer sent), goes through :func:`printable`.
+
 Quoting for each target language lives in :mod:`tfdist.quote`; safe writing of outputs in :mod:`tfdist.output`.
 
 Example::
@@ -80,6 +82,27 @@ _URL_FORBIDDEN = frozenset("\"'`<>\\{}|^")
 def shown(value: str) -> str:
     """A value as quoted in an error: Python's repr (escapes newlines and NULs), cut to a readable length."""
     return repr(value) if len(value) <= _SHOWN else repr(value[:_SHOWN]) + f"... ({len(value)} characters)"
+
+
+PRINTABLE_MAX = 120  # characters of a name or a peer's text shown on one line
+
+
+def printable(value: object, max_length: int = PRINTABLE_MAX) -> str:
+    """``value`` as text safe to print on the operator's terminal: every control, format, surrogate or line-separator
+    character (escape sequences, newlines, bidi overrides) is shown as its ``\\x..``/``\\u....`` escape, and the result
+    is cut to ``max_length`` characters. For names and messages that come from another machine or a peer."""
+    text = value if isinstance(value, str) else str(value)
+    shown_chars = []
+    length = 0
+    for char in text:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            char = char.encode("unicode_escape").decode("ascii") if ord(char) < 0x10000 else f"\\U{ord(char):08x}"
+        shown_chars.append(char)
+        length += len(char)
+        if length > max_length:
+            break
+    joined = "".join(shown_chars)
+    return joined if len(joined) <= max_length else joined[:max_length - 3] + "..."
 
 
 def refuse(flag: str, value: str, problem: str, hint: str) -> UsageError:

@@ -113,3 +113,79 @@ def test_launcher_alive_and_run_state(tmp_path):
     assert progress.run_state(elsewhere, None) == "unknown"
     assert progress.run_state(me, True) == "running"
     assert progress.run_state(runs.finished(dead, "failed", {}), False) == "failed"
+
+
+def test_records_are_written_for_the_user_alone(tmp_path):
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    runs.save(make("ggg777", tmp_path, 1.0), env)
+    for path in (runs.records_dir(env) / "ggg777.json", tmp_path / "ggg777" / "run.json"):
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert not [p for p in runs.records_dir(env).iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_the_recorded_command_has_its_secrets_masked(tmp_path):
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    record = runs.new_record(run_id="hhh888", log_dir=str(tmp_path), temporary=False, job_name="j",
+                             command=("env", "WANDB_API_KEY=k3y", "python", "train.py", "--hf-token", "t0ken",
+                                      "--password=pw", "--data", "https://user:hunter2@data.example/x",
+                                      "--epochs", "3"))
+    runs.save(record, env)
+    text = (runs.records_dir(env) / "hhh888.json").read_text()
+    for secret in ("k3y", "t0ken", "=pw", "hunter2"):
+        assert secret not in text
+    assert runs.find_run("hhh888", env).command == (
+        "env", "WANDB_API_KEY=****", "python", "train.py", "--hf-token", "****", "--password=****", "--data",
+        "https://user:****@data.example/x", "--epochs", "3")
+
+
+GOOD_RECORD = {"schema": "tfdist.run", "schema_version": 1, "run_id": "iii999", "log_dir": "/nowhere/iii999",
+               "temporary": False, "job_name": "j", "command": ["python", "train.py"], "host": "h",
+               "launcher_pid": 1, "started_at": 1000.0, "cwd": "/", "state": "succeeded", "ended_at": 2000.0,
+               "summary": {"steps": 3, "steps_per_s": 1.5, "restarts": 0, "loss": 0.5}}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("summary", {"steps": "many"}), ("summary", {"steps_per_s": "fast"}), ("summary", {"loss": "low"}),
+    ("summary", {"restarts": {}}), ("summary", [["steps", 1]]), ("summary", {"other": [1]}),
+    ("started_at", 1e308), ("started_at", "nan"), ("started_at", True), ("ended_at", "inf"), ("ended_at", -5),
+    ("log_dir", "/tmp/\u0000x"), ("command", "python train.py"), ("command", [1, 2]), ("launcher_pid", 10 ** 30),
+    ("launcher_pid", "1"), ("run_id", "../../etc"), ("host", ["a"]), ("temporary", "no"), ("job_name", {"a": 1}),
+])
+@pytest.mark.parametrize("argv", [["status"], ["status", "--list"], ["status", "--json"], ["logs"]])
+def test_a_record_with_wrong_types_is_one_line_never_a_traceback(tmp_path, monkeypatch, capsys, field, value,
+                                                                  argv):
+    from tfdist.cli.main import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    folder = runs.records_dir(os.environ)
+    folder.mkdir(parents=True)
+    (folder / "iii999.json").write_text(json.dumps({**GOOD_RECORD, field: value}))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text(json.dumps({**GOOD_RECORD, field: value}))
+    assert main(argv) in (0, 2)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) <= 1 and "Traceback" not in err
+    assert main(["status", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "run" / "run.json") in err and field in err
+
+
+@pytest.mark.parametrize("ended_at", [2000.0, None], ids=["ended", "running-elsewhere"])
+def test_status_shows_a_records_names_as_printable_text(tmp_path, monkeypatch, capsys, ended_at):
+    from tfdist.cli.main import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    folder = runs.records_dir(os.environ)
+    folder.mkdir(parents=True)
+    hostile = {**GOOD_RECORD, "host": "evil\x1b[2J\nlost node 9", "job_name": "j\x1b]0;title\x07",
+               "command": ["python", "train.py\r\nrm -rf /"], "state": "succ\x1b[1m\nlost node 8",
+               "ended_at": ended_at}
+    (folder / "iii999.json").write_text(json.dumps(hostile))
+    for argv in (["status"], ["status", "--list"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+        assert not any(line.startswith(("lost node", "rm -rf")) for line in out.splitlines())
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert ("evil\\x1b[2J\\nlost node 9" in out) if ended_at is None else ("succ\\x1b[1m\\nlost node 8" in out)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tfdist.cli.common import emit_json, option
+from tfdist.validate import printable
 
 STATUS_SCHEMA_VERSION = 1
 
@@ -56,7 +57,7 @@ def _list_line(record: Any, state: str) -> str:
 
     ran = format_duration((record.ended_at or time.time()) - record.started_at)
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
-    return f"{record.run_id}  {started}  {state:<11}  {ran:>7}  {record.log_dir}"
+    return f"{record.run_id}  {started}  {printable(state):<11}  {ran:>7}  {printable(record.log_dir, 400)}"
 
 
 def render_status(status: Any, *, now: float) -> list[str]:
@@ -67,16 +68,18 @@ def render_status(status: Any, *, now: float) -> list[str]:
     if record.ended:
         when = f"ended {_ago(now - record.ended_at)}, ran {format_duration(record.ended_at - record.started_at)}"
     else:
-        when = f"started {_ago(now - record.started_at)}, launcher pid {record.launcher_pid} on {record.host}"
-    lines = [f"run {record.run_id} ({record.job_name}): {status.state} ({when})",
-             f"  command: {' '.join(record.command)}"]
+        when = (f"started {_ago(now - record.started_at)}, launcher pid {record.launcher_pid} on "
+                f"{printable(record.host)}")
+    # A record may come from another machine's launcher: its names are shown, never interpreted by the terminal.
+    lines = [f"run {record.run_id} ({printable(record.job_name)}): {printable(status.state)} ({when})",
+             f"  command: {printable(' '.join(record.command), 2000)}"]
     if status.folder_exists:
-        lines.append(f"  folder:  {record.log_dir}")
+        lines.append(f"  folder:  {printable(record.log_dir, 400)}")
     elif record.temporary:
-        lines.append(f"  folder:  {record.log_dir} is gone: it was a temporary folder, removed when the job ended "
-                     "(launch with --log-dir to keep the logs)")
+        lines.append(f"  folder:  {printable(record.log_dir, 400)} is gone: it was a temporary folder, removed when "
+                     "the job ended (launch with --log-dir to keep the logs)")
     else:
-        lines.append(f"  folder:  {record.log_dir} is gone (moved or deleted)")
+        lines.append(f"  folder:  {printable(record.log_dir, 400)} is gone (moved or deleted)")
     summary = record.summary
     if summary:
         parts = [f"{summary['steps']:,} steps" if summary.get("steps") is not None else None,

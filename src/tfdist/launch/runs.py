@@ -10,10 +10,15 @@ A run folder (``tfdist launch --log-dir``, else a temporary folder removed when 
 The run record also goes to tfdist's state folder (``$XDG_STATE_HOME/tfdist/runs``, else
 ``~/.local/state/tfdist/runs``), so ``tfdist status`` finds the most recent run without being told where its folder
 is, and can still say how a run ended once its temporary folder is gone. The newest :data:`KEEP_RECORDS` are kept.
+
+Records are written 0600 (they name folders and commands of the user's jobs), and the command in them has its secret
+values masked (:func:`tfdist.redact.mask_command`). A record is read back only if every field has its type: a record
+edited by hand, or written by something else, is refused with the field named, never half-used.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.redact import mask_command
 from tfdist.statedir import state_dir
 
 RUN_FILE = "run.json"
@@ -33,6 +39,11 @@ KEEP_RECORDS = 100
 RUNNING = "running"
 _ATTEMPT = re.compile(r"attempt-(\d+)")
 _RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# Seconds since the epoch a record may hold: up to the year 5138, which every time function of the platform takes.
+_LATEST_TIME = 1e11
+# The summary's numbers (liveview.Summary.to_json) and their types; other keys must hold a short scalar.
+_SUMMARY_TYPES: dict[str, type] = {"steps": int, "restarts": int, "examples": int, "duration_s": float,
+                                   "steps_per_s": float, "examples_per_s": float, "loss": float}
 
 
 def records_dir(environ: Mapping[str, str]) -> Path:
@@ -70,27 +81,75 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> "RunRecord":
-        """Raises ValueError for anything that is not a version-1 run record."""
+        """Raises ValueError, naming the field, for anything that is not a well-typed version-1 run record."""
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             raise ValueError("not a tfdist run record")
         if data.get("schema_version") != RECORD_VERSION:
             raise ValueError(f"run record version {data.get('schema_version')!r} is not {RECORD_VERSION}")
-        try:
-            return cls(run_id=str(data["run_id"]), log_dir=str(data["log_dir"]), temporary=bool(data["temporary"]),
-                       job_name=str(data["job_name"]), command=tuple(str(w) for w in data["command"]),
-                       host=str(data["host"]), launcher_pid=int(data["launcher_pid"]),
-                       started_at=float(data["started_at"]), cwd=str(data.get("cwd", "")),
-                       state=str(data.get("state", RUNNING)),
-                       ended_at=None if data.get("ended_at") is None else float(data["ended_at"]),
-                       summary=dict(data.get("summary") or {}))
-        except (KeyError, TypeError, ValueError) as bad:
-            raise ValueError(f"incomplete run record: {bad}") from None
+        missing = [key for key in ("run_id", "log_dir", "temporary", "job_name", "command", "host", "launcher_pid",
+                                   "started_at") if key not in data]
+        if missing:
+            raise ValueError(f"incomplete run record: no {', '.join(missing)}")
+        run_id = _text(data, "run_id")
+        if not _RUN_ID.fullmatch(run_id):
+            raise ValueError("run record field run_id is not a run id")
+        command = data["command"]
+        if not isinstance(command, list) or not all(isinstance(w, str) for w in command):
+            raise ValueError("run record field command is not a list of strings")
+        if not isinstance(data["temporary"], bool):
+            raise ValueError("run record field temporary is not true or false")
+        pid = data["launcher_pid"]
+        if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2 ** 31:
+            raise ValueError("run record field launcher_pid is not a process id")
+        ended_at = data.get("ended_at")
+        return cls(run_id=run_id, log_dir=_text(data, "log_dir", path=True), temporary=data["temporary"],
+                   job_name=_text(data, "job_name"), command=tuple(command), host=_text(data, "host"),
+                   launcher_pid=pid, started_at=_time(data, "started_at"), cwd=_text(data, "cwd", path=True),
+                   state=_text(data, "state") if "state" in data else RUNNING,
+                   ended_at=None if ended_at is None else _time(data, "ended_at"),
+                   summary=_summary(data.get("summary")))
+
+
+def _text(data: dict[str, Any], key: str, *, path: bool = False) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str) or (path and "\0" in value):
+        raise ValueError(f"run record field {key} is not {'a path' if path else 'text'}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _time(data: dict[str, Any], key: str) -> float:
+    value = data[key]
+    if not _is_number(value) or not 0 <= value <= _LATEST_TIME:
+        raise ValueError(f"run record field {key} is not a time")
+    return float(value)
+
+
+def _summary(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("run record field summary is not an object")
+    for key, item in value.items():
+        wanted = _SUMMARY_TYPES.get(key)
+        if item is None:
+            continue
+        if wanted is int and not (isinstance(item, int) and not isinstance(item, bool)):
+            raise ValueError(f"run record field summary.{key} is not a whole number")
+        if wanted is float and not _is_number(item):
+            raise ValueError(f"run record field summary.{key} is not a number")
+        if wanted is None and not (isinstance(item, (str, bool)) or _is_number(item)):
+            raise ValueError(f"run record field summary.{key} is not a plain value")
+    return dict(value)
 
 
 def new_record(*, run_id: str, log_dir: str, temporary: bool, job_name: str, command: tuple[str, ...]) -> RunRecord:
-    """The record of a run this process is starting now."""
+    """The record of a run this process is starting now (the command with its secrets masked)."""
     return RunRecord(run_id=run_id, log_dir=os.path.abspath(log_dir), temporary=temporary, job_name=job_name,
-                     command=tuple(command), host=socket.gethostname(), launcher_pid=os.getpid(),
+                     command=mask_command(command), host=socket.gethostname(), launcher_pid=os.getpid(),
                      started_at=time.time(), cwd=os.getcwd())
 
 
@@ -99,9 +158,17 @@ def finished(record: RunRecord, state: str, summary: Mapping[str, Any]) -> RunRe
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically, and readable by the user alone: a record names the user's folders and commands."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    descriptor = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, indent=1) + "\n")
+        os.chmod(tmp, 0o600)  # a leftover temporary file of another mode keeps it through O_TRUNC
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def save(record: RunRecord, environ: Mapping[str, str]) -> None:
@@ -130,9 +197,18 @@ def _prune(folder: Path) -> None:
 
 def _load(path: Path) -> RunRecord | None:
     try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return read_record(path)
     except (OSError, ValueError):
         return None
+
+
+def read_record(path: Path) -> RunRecord:
+    """The run record in ``path``. Raises OSError, or ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deep to be a run record") from None
+    return RunRecord.from_json(data)
 
 
 def list_records(environ: Mapping[str, str]) -> list[RunRecord]:
@@ -149,14 +225,20 @@ def find_run(ref: str | None, environ: Mapping[str, str]) -> RunRecord:
         UsageError: nothing recorded, no match, or an ambiguous prefix.
     """
     if ref and (os.sep in ref or ref.startswith(".") or os.path.isdir(ref)):
-        record = _load(Path(ref) / RUN_FILE)
-        if record is None:
+        try:
+            return read_record(Path(ref) / RUN_FILE)
+        except OSError:
             raise UsageError(f"{ref} is not a run folder (no readable {RUN_FILE} in it)",
-                             hint="give the --log-dir of a tfdist launch, or a run id from `tfdist status --list`")
-        return record
+                             hint="give the --log-dir of a tfdist launch, or a run id from `tfdist status --list`"
+                             ) from None
+        except ValueError as bad:
+            raise UsageError(f"{Path(ref) / RUN_FILE}: {bad}",
+                             hint="it was not written by tfdist launch; give another run") from None
     records = list_records(environ)
     if not records:
-        raise UsageError(f"no runs recorded in {records_dir(environ)}",
+        damaged = len(list(records_dir(environ).glob("*.json")))
+        skipped = f" ({damaged} damaged record(s) skipped)" if damaged else ""
+        raise UsageError(f"no runs recorded in {records_dir(environ)}{skipped}",
                          hint="start one with tfdist launch, or give its run folder")
     if ref is None:
         return records[0]
