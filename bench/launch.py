@@ -41,7 +41,7 @@ exit $s0
 
 
 def _free_ports(n: int) -> list[int]:
-    from tfdist.launch.ports import free_ports
+    from tfdist.launch.local.ports import free_ports
 
     return free_ports(n)
 

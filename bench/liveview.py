@@ -20,9 +20,9 @@ import time
 
 from _common import alternate, median, median_ratio
 
-from tfdist.launch.liveview import LiveView
-from tfdist.launch.protocol import HeartbeatRecord, write_heartbeat
-from tfdist.launch.terminal import PinnedLines
+from tfdist.launch.console.liveview import LiveView
+from tfdist.protocol import HeartbeatRecord, write_heartbeat
+from tfdist.launch.console.terminal import PinnedLines
 
 LINE = "[worker:1] I0000 00:00:1796073862.980760 22807 coordination_service.cc:1472] Barrier has passed: OK\n"
 

@@ -28,7 +28,7 @@ from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 from tests.integration.netns import Machines, why_no_namespaces  # noqa: E402
-from tfdist.launch.protocol import read_heartbeat  # noqa: E402
+from tfdist.protocol import read_heartbeat  # noqa: E402
 
 DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SCRIPT = ["--epochs", "2", "--steps-per-epoch", "40", "--save-every", "5", "--no-tensorboard"]

@@ -34,7 +34,7 @@ import sys
 from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
 
 sys.path.insert(0, str(REPO / "src"))
-from tfdist.launch.protocol import read_heartbeat  # noqa: E402
+from tfdist.protocol import read_heartbeat  # noqa: E402
 
 DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SAVE_EVERY = 20
@@ -74,7 +74,7 @@ def spares_ready(launcher: psutil.Process, logs: Path) -> bool:
     ready = 0
     for child in launcher.children():
         try:
-            if child.pid in own or "tfdist.launch.spare" not in " ".join(child.cmdline()):
+            if child.pid in own or "tfdist.launch.process.spare_process" not in " ".join(child.cmdline()):
                 continue
             with open(f"/proc/{child.pid}/wchan") as handle:
                 ready += "pipe" in handle.read()

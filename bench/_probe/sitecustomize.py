@@ -30,7 +30,7 @@ def _wrap(owner, attribute: str, before: str, after: str) -> None:
 
 
 def _install() -> None:
-    import tfdist.launch.protocol as protocol
+    import tfdist.protocol as protocol
     import tfdist.runtime as runtime
 
     write_heartbeat = protocol.write_heartbeat

@@ -11,8 +11,8 @@ from typing import Final
 ENV_PREFIX: Final = "TFDIST"
 
 # Set by `tfdist launch` for each task; read by tfdist.runtime inside the training script. Defined, with every other
-# variable, in the registry (tfdist.launch.variables.REGISTRY).
-from tfdist.launch.variables import (  # noqa: E402
+# variable, in the registry (tfdist.protocol.variables.REGISTRY).
+from tfdist.protocol.variables import (  # noqa: E402
     CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, HEARTBEAT_FILE, JOB_NAME, LEGACY_KERAS, MAX_RESTARTS, METRICS_HOST, METRICS_PORT,
     REGISTRY, RESTART_COUNT, RUN_ID, TASK_INDEX, TASK_TYPE, TF_CONFIG, SetBy,
 )

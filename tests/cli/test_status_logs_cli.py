@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.cli.main import main
-from tfdist.launch import runs
+from tfdist.launch.console import runs
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 
 from tests.conftest import REPO_ROOT
-from tfdist.launch.protocol import read_heartbeat
+from tfdist.protocol import read_heartbeat
 
 DIGITS = str(REPO_ROOT / "src" / "tfdist" / "examples" / "digits.py")
 EPOCHS, STEPS = 3, 40

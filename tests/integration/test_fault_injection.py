@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-import tfdist.launch.supervisor as supervisor_module
+import tfdist.launch.local.supervisor as supervisor_module
 from tests.integration.faultlib import (
     DIGITS, QUIET, SCRIPT_ARGS, TOTAL_STEPS, Job, kill_during_save, survivors, task_values,
 )
 from tfdist.launch.outcome import Cause
-from tfdist.launch.ports import free_ports
+from tfdist.launch.local.ports import free_ports
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.supervisor import Supervisor
+from tfdist.launch.local.supervisor import Supervisor
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 pytest.importorskip("tensorflow")

@@ -9,10 +9,10 @@ import time
 
 from tests.conftest import REPO_ROOT
 from tfdist.launch.outcome import Cause
-from tfdist.launch.ports import free_ports
+from tfdist.launch.local.ports import free_ports
 from tfdist.launch.spec import LaunchSpec, Timeouts
-from tfdist.launch.supervisor import Supervisor
-from tfdist.launch.tf_config import ClusterLayout
+from tfdist.launch.local.supervisor import Supervisor
+from tfdist.launch.local.layout import ClusterLayout
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 

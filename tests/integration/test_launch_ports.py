@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import socket
 
-import tfdist.launch.supervisor as supervisor_module
+import tfdist.launch.local.supervisor as supervisor_module
 from tests.conftest import REPO_ROOT
 from tfdist.launch.outcome import Cause
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.supervisor import Supervisor
-from tfdist.launch.ports import free_ports
+from tfdist.launch.local.supervisor import Supervisor
+from tfdist.launch.local.ports import free_ports
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 

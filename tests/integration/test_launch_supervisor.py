@@ -74,7 +74,7 @@ def test_exception_gives_root_cause_report_and_status_3(tmp_path):
 
 def test_leader_success_stops_parameter_servers_and_evaluator(tmp_path):
     from tfdist.launch.spec import LaunchSpec, Timeouts
-    from tfdist.launch.supervisor import Supervisor
+    from tfdist.launch.local.supervisor import Supervisor
 
     out = tmp_path / "out"
     # The evaluator never ends on its own: it is stopped once the leader's peers had their (shortened) moment.
@@ -154,8 +154,8 @@ def test_launcher_metrics_count_restarts_and_task_states(tmp_path):
     from prometheus_client import generate_latest
 
     from tfdist.launch.spec import LaunchSpec
-    from tfdist.launch.supervisor import Supervisor
-    from tfdist.launch.metrics import LauncherMetrics
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.observability.launcher_metrics import LauncherMetrics
 
     metrics = LauncherMetrics("unit-job")
     spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--fail", "worker:1:4",

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tfdist.cluster import TfConfig
-from tfdist.launch import protocol as P
+from tfdist import protocol as P
 from tfdist.observability.labels import TaskLabels
 from tfdist.runtime import metrics as m
 from tfdist.runtime.progress import Progress, progress_callback, time_backups

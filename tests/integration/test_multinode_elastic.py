@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tfdist.launch.protocol import read_heartbeat
+from tfdist.protocol import read_heartbeat
 from tests.integration.multilib import Agent, all_output, rendezvous_args, task_values
 from tests.integration.netns import Machines, why_no_namespaces
 

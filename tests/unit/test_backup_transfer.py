@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from types import SimpleNamespace
 
-from tfdist.launch.rdzv_transfer import BackupRelay, BackupStore
+from tfdist.launch.elastic.backup_copy import BackupRelay, BackupStore
 
 
 def write_backup(root, counter: int, shards: int = 1, drop: str | None = None) -> None:

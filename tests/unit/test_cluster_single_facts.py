@@ -98,7 +98,7 @@ def test_the_preemption_exit_code_is_defined_once():
     owners = [str(path.relative_to(SRC)) for path, tree in _modules() for node in ast.walk(tree)
               if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PREEMPTED_EXIT_CODE"
                                                       for t in node.targets)]
-    assert owners == ["launch/protocol.py"]
+    assert owners == ["protocol/records.py"]
 
 
 def _imports(tree: ast.AST) -> set[str]:
@@ -112,33 +112,136 @@ def _imports(tree: ast.AST) -> set[str]:
     return names
 
 
-# package -> what it must never import (lazily or not)
+# package -> what it must never import, directly or through anything it imports (lazily or not)
 LAYERS = {
+    "protocol": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli",
+                 "tfdist.cluster", "tfdist.mirror", "tfdist.observability", "tfdist.compat", "tfdist.constants"),
     "cluster": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
     "compat": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
     "observability": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy"),
+    "mirror": ("tensorflow", "tfdist.runtime", "tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
+    "doctor": ("tfdist.launch", "tfdist.cli"),
     "launch": ("tfdist.runtime", "tfdist.doctor"),
-    "deploy": ("tfdist.doctor", "tfdist.runtime"),
+    "deploy": ("tfdist.doctor", "tfdist.runtime", "tfdist.launch"),
     "runtime": ("tfdist.launch", "tfdist.doctor", "tfdist.deploy", "tfdist.cli"),
 }
-# The task protocol is shared by the launcher and the runtime by design (it imports nothing else of tfdist.launch).
-ALLOWED = ("tfdist.launch.protocol",)
 
 
-def _allowed(name: str) -> bool:
-    return any(name == a or name.startswith(a + ".") or a.startswith(name + ".") for a in ALLOWED)
+def _module_name(path: Path) -> str:
+    parts = ("tfdist", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _import_graph() -> dict[str, set[str]]:
+    """tfdist module -> the tfdist modules it imports anywhere in its body (function-level imports included),
+    plus the packages each of those lives in (importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``)."""
+    known = {_module_name(path) for path, _ in _modules()}
+    graph: dict[str, set[str]] = {}
+    for path, tree in _modules():
+        edges = set()
+        for name in _imports(tree):
+            # "from a.b import c" names a.b.c, which is a module or an attribute of a.b: keep what exists
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            while name:
+                edges.add(name)
+                name = name.rpartition(".")[0]
+        graph[_module_name(path)] = edges
+    return graph
+
+
+def _reaches(start: str) -> dict[str, str]:
+    """Every module reachable from ``start`` -> the module that imports it (for a readable path)."""
+    graph = _import_graph()
+    parent = {start: ""}
+    todo = [start]
+    while todo:
+        here = todo.pop()
+        for there in sorted(graph.get(here, ())):
+            if there not in parent:
+                parent[there] = here
+                todo.append(there)
+    return parent
+
+
+def _path_to(parent: dict[str, str], end: str) -> str:
+    chain = [end]
+    while parent[chain[-1]]:
+        chain.append(parent[chain[-1]])
+    return " -> ".join(reversed(chain))
+
+
+def _banned(name: str, banned: tuple[str, ...]) -> bool:
+    return any(name == b or name.startswith(b + ".") for b in banned)
 
 
 def test_layers_import_only_downwards():
+    # Direct imports, including third-party ones (tensorflow), anywhere in a module.
     crossings = []
     for path, tree in _modules():
-        package = path.relative_to(SRC).parts[0]
+        package = path.relative_to(SRC).parts[0].removesuffix(".py")
         for name in _imports(tree):
-            if _allowed(name):
-                continue
-            if any(name == banned or name.startswith(banned + ".") for banned in LAYERS.get(package, ())):
+            if _banned(name, LAYERS.get(package, ())):
                 crossings.append(f"{path.relative_to(SRC)} imports {name}")
     assert crossings == []
+
+
+def test_layers_never_reach_upwards_through_other_modules():
+    # Transitive: importing a cluster module must not load tfdist.launch through tfdist.constants, for example.
+    crossings = []
+    for module in sorted(_import_graph()):
+        package = (module.split(".") + [""])[1]
+        banned = tuple(b for b in LAYERS.get(package, ()) if b.startswith("tfdist."))
+        parent = _reaches(module)
+        crossings += [_path_to(parent, m) for m in sorted(parent) if _banned(m, banned)]
+    assert crossings == []
+
+
+def test_the_transitive_check_sees_lazy_imports(tmp_path):
+    # The check above is only as good as the graph: a function-level import must be an edge.
+    tree = ast.parse("def f():\n    from tfdist.launch.local import supervisor\n")
+    assert "tfdist.launch.local.supervisor" in _imports(tree)
+    assert "tfdist.launch" in _reaches("tfdist.cli.launch")
+
+
+def test_tfdist_has_no_import_cycles_at_module_level():
+    # Cycles through top-level imports make import order matter; function-level imports are the usual way out.
+    known = {_module_name(path) for path, _ in _modules()}
+    graph: dict[str, set[str]] = {}
+    for path, tree in _modules():
+        edges = set()
+        for node in tree.body if isinstance(tree, ast.Module) else ():
+            names = ()
+            if isinstance(node, ast.Import):
+                names = tuple(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = (node.module, *(f"{node.module}.{alias.name}" for alias in node.names))
+            for name in names:
+                if name in known:
+                    edges.add(name)
+        graph[_module_name(path)] = edges
+    cycles = []
+    for start in sorted(graph):
+        todo, seen = [(start, (start,))], set()
+        while todo:
+            here, chain = todo.pop()
+            for there in sorted(graph.get(here, ())):
+                if there == start:
+                    cycles.append(" -> ".join((*chain, there)))
+                elif there not in seen:
+                    seen.add(there)
+                    todo.append((there, (*chain, there)))
+    assert cycles == []
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines():
+    long = [f"{path.relative_to(SRC)}: {n}" for path, _ in _modules()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert long == []
 
 
 def test_ipv6_bracketing_is_written_once():

@@ -6,12 +6,12 @@ import pytest
 
 from tfdist.errors import UsageError
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, TaskFailure, describe_exit, render_report
-from tfdist.launch.protocol import ErrorRecord
-from tfdist.launch.ports import free_ports, ports_from_base
-from tfdist.launch.preflight import keras_plan, resolve_command
+from tfdist.protocol import ErrorRecord
+from tfdist.launch.local.ports import free_ports, ports_from_base
+from tfdist.launch.local.command_check import keras_plan, resolve_command
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.taskenv import assign_gpus, parse_env_pairs, visible_gpus
-from tfdist.launch.tf_config import TaskId
+from tfdist.launch.local.taskenv import assign_gpus, parse_env_pairs, visible_gpus
+from tfdist.launch.local.layout import TaskId
 
 
 def test_free_ports_are_distinct_and_bindable():
@@ -101,7 +101,7 @@ def test_report_leads_with_root_cause_and_lists_attempts():
 
 
 def test_thread_caps_share_the_cores_and_yield_to_the_user():
-    from tfdist.launch.taskenv import shared_env, thread_caps
+    from tfdist.launch.local.taskenv import shared_env, thread_caps
 
     spec = LaunchSpec(command=("x",), workers=2, thread_caps=True)
     assert thread_caps(spec, cores=8) == {"TF_NUM_INTEROP_THREADS": "4", "TF_NUM_INTRAOP_THREADS": "4",

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tfdist.launch import progress, runs
-from tfdist.launch.liveview import (
+from tfdist.launch.console import progress, runs
+from tfdist.launch.console.liveview import (
     Row, Summary, final_state, format_duration, render_header, render_rows, render_summary, training_rate, watch,
 )
-from tfdist.launch.protocol import HeartbeatRecord, TaskState
-from tfdist.launch.terminal import PinnedLines, erase_rows
+from tfdist.protocol import HeartbeatRecord, TaskState
+from tfdist.launch.console.terminal import PinnedLines, erase_rows
 
 
 def beat(step: int | None = 10, t: float = 100.0, finished: bool = False, **kw) -> HeartbeatRecord:

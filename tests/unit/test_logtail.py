@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch import logtail
+from tfdist.launch.console import logtail
 
 
 def attempt(folder: Path, number: int, names: list[str]) -> Path:

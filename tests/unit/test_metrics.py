@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tfdist.errors import TfdistError, UsageError
-from tfdist.launch.metrics import LauncherMetrics
+from tfdist.observability.launcher_metrics import LauncherMetrics
 from tfdist.observability import health as h
 from tfdist.observability.labels import TaskLabels
 from tfdist.runtime import metrics as m

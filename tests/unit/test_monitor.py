@@ -13,7 +13,7 @@ import yaml
 from tests.fixtures.nvml.fake_nvml import FakeNvml
 from tfdist.deploy import monitor
 from tfdist.errors import UsageError
-from tfdist.launch.metrics import LauncherMetrics
+from tfdist.observability.launcher_metrics import LauncherMetrics
 from tfdist.observability.labels import TaskLabels
 from tfdist.runtime import gpu_metrics, metrics
 from tfdist.runtime.host_metrics import HostCollector

@@ -2,7 +2,7 @@
 record is written."""
 from __future__ import annotations
 
-from tfdist.launch import protocol as P
+from tfdist import protocol as P
 from tfdist.observability.labels import TaskLabels
 from tfdist.runtime.metrics import TrainingMetrics
 from tfdist.runtime.progress import Progress, as_float, total_steps

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch import progress, runs
+from tfdist.launch.console import progress, runs
 
 
 def make(run_id: str, tmp_path: Path, started: float, **kw) -> runs.RunRecord:

@@ -12,7 +12,7 @@ import pytest
 from tfdist.deploy.monitor import ScrapeSpec, slurm_targets
 from tfdist.deploy.slurm import SlurmJobSpec, render_sbatch
 from tfdist.errors import UsageError
-from tfdist.launch.slurm_metrics import metrics_environment
+from tfdist.cluster.slurm_metrics import metrics_environment
 
 NAMES = {"node1": ["198.18.0.11"], "lo-only": ["127.0.1.1"], "dual": ["::1", "198.18.0.12"],
          "v6": ["fd00::5"]}

@@ -6,8 +6,8 @@ import pytest
 
 from tfdist.errors import UsageError
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.taskenv import layout_for, plan_tasks
-from tfdist.launch.tf_config import ClusterLayout, TaskId, make_tf_config, tf_config_for
+from tfdist.launch.local.taskenv import layout_for, plan_tasks
+from tfdist.launch.local.layout import ClusterLayout, TaskId, make_tf_config, tf_config_for
 
 ROLE_MIXES = [
     dict(workers=1),

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from tfdist.launch.procs import Console
-from tfdist.launch.tflog import choose_level, hidden
+from tfdist.launch.process.spawn import Console
+from tfdist.launch.console.tflog import choose_level, hidden
 
 # As TensorFlow 2.21 (the `tensorflow` wheel, no GPU) prints them: the block before absl's initialisation comes
 # twice and ignores TF_CPP_MIN_LOG_LEVEL; the cuInit error comes after it and obeys the variable.

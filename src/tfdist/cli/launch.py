@@ -70,11 +70,11 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
     """
     from tfdist.cluster import is_loopback
-    from tfdist.launch.ports import check_ports
-    from tfdist.launch.preflight import check_log_dir, keras_plan, resolve_command
-    from tfdist.launch.protocol import refuse_protected
+    from tfdist.launch.local.ports import check_ports
+    from tfdist.launch.local.command_check import check_log_dir, keras_plan, resolve_command
+    from tfdist.protocol import refuse_protected
     from tfdist.launch.spec import LaunchSpec, Timeouts
-    from tfdist.launch.taskenv import count_tasks, parse_env_pairs
+    from tfdist.launch.local.taskenv import count_tasks, parse_env_pairs
 
     multi = {name: flags.pop(name) for name in MULTI_FLAGS}
     if wants_multi(multi):
@@ -88,7 +88,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
     environ = _with_tf_log_level(tf_log_level)
     _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
-    from tfdist.launch.netaddr import advertised_address
+    from tfdist.launch.elastic.netaddr import advertised_address
 
     # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
     # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
@@ -111,21 +111,21 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
                   "talk to the tasks", file=sys.stderr)
 
     from tfdist.launch.outcome import Cause, render_report, render_success
-    from tfdist.launch.procs import Console
-    from tfdist.launch.reaper import become_subreaper
-    from tfdist.launch.supervisor import Supervisor
-    from tfdist.launch.tflog import LEVEL_VARIABLE
+    from tfdist.launch.process.spawn import Console
+    from tfdist.launch.process.reaper import become_subreaper
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.launch.console.tflog import LEVEL_VARIABLE
 
     become_subreaper()  # before the first child, so every descendant is ours to find
     launcher_metrics = None
     if launcher_metrics_port is not None:
-        from tfdist.launch.metrics import LauncherMetrics
+        from tfdist.observability.launcher_metrics import LauncherMetrics
 
         launcher_metrics = LauncherMetrics(spec.job_name)
         server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
         print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
     try:
-        from tfdist.launch.liveview import watch
+        from tfdist.launch.console.liveview import watch
 
         supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
                                 console=Console(enabled=spec.tee or spec.log_dir is None,
@@ -146,7 +146,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
 def _check_gpus_exist(per_task: int | None) -> None:
     """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
-    from tfdist.launch.taskenv import visible_gpus
+    from tfdist.launch.local.taskenv import visible_gpus
 
     if per_task and not visible_gpus(os.environ):
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -158,8 +158,8 @@ def _check_gpus_exist(per_task: int | None) -> None:
 
 def _with_tf_log_level(flag: str) -> dict[str, str]:
     """The tasks' base environment with the chosen TF_CPP_MIN_LOG_LEVEL (the console filters by the same level)."""
-    from tfdist.launch.taskenv import visible_gpus
-    from tfdist.launch.tflog import LEVEL_VARIABLE, choose_level
+    from tfdist.launch.local.taskenv import visible_gpus
+    from tfdist.launch.console.tflog import LEVEL_VARIABLE, choose_level
 
     has_gpus = flag == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
     return {**os.environ, LEVEL_VARIABLE: str(choose_level(flag, os.environ, has_gpus))}
@@ -167,8 +167,8 @@ def _with_tf_log_level(flag: str) -> dict[str, str]:
 
 def _dry_run(spec: object, legacy_keras: bool) -> int:
     from tfdist.cluster import TfConfig
-    from tfdist.launch.ports import free_ports, ports_from_base
-    from tfdist.launch.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
+    from tfdist.launch.local.ports import free_ports, ports_from_base
+    from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
     n = count_tasks(spec)  # type: ignore[arg-type]
     ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 Two ways in, one engine: ``--hostfile/--hosts`` (this machine serves the rendezvous and starts an agent on every
 host over ssh) and ``--nnodes ... --rdzv-endpoint`` (the same command on every machine; the machine that owns the
-endpoint's address serves the rendezvous). Both end in :class:`tfdist.launch.agent.Agent` on every machine.
+endpoint's address serves the rendezvous). Both end in :class:`tfdist.launch.elastic.agent.Agent` on every machine.
 """
 from __future__ import annotations
 
@@ -114,8 +114,8 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
         raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT", hint="the same endpoint on every machine")
     low, high = parse_nnodes(multi["nnodes"] or "1")
     host, port = parse_endpoint(multi["rdzv_endpoint"])
-    from tfdist.launch.agent import Agent, AgentSpec
-    from tfdist.launch.probe import versions
+    from tfdist.launch.elastic.agent import Agent, AgentSpec
+    from tfdist.launch.ssh.host_probe import versions
 
     spec = AgentSpec(job=job_id(multi["rdzv_id"]), endpoint_host=host, endpoint_port=port, min_nodes=low,
                      max_nodes=high, slots=flags["workers"], command=command, node_rank=multi["node_rank"],
@@ -128,7 +128,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                      legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
                      watch_stdin=multi["agent_watch_stdin"], versions=versions())
     if multi["node_address"] is not None:
-        from tfdist.launch.netaddr import is_unroutable
+        from tfdist.launch.elastic.netaddr import is_unroutable
 
         if is_unroutable(multi["node_address"]):
             raise UsageError(f"--node-address {multi['node_address']} cannot be reached from other machines",
@@ -156,9 +156,9 @@ def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str
 
 def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[str, ...],
                   agent_args: tuple[str, ...]) -> int:
-    from tfdist.launch.elastic import Settings
+    from tfdist.launch.elastic.membership import RendezvousSettings
     from tfdist.cluster.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
-    from tfdist.launch.ssh_driver import DriverSpec, run
+    from tfdist.launch.ssh.driver import DriverSpec, run
 
     if multi["hostfile"]:
         try:
@@ -174,7 +174,7 @@ def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[st
     if low > len(entries):
         raise UsageError(f"--min-nodes {low} is more than the {len(entries)} host(s) listed")
     job = job_id(multi["rdzv_id"]) if multi["rdzv_id"] else f"tfdist-{secrets.token_hex(4)}"
-    settings = Settings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
+    settings = RendezvousSettings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
                         rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
                         max_restarts=flags["max_restarts"],
                         stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)

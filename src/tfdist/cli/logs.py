@@ -25,7 +25,7 @@ def command(follow: bool, attempt: int | None, tail: int | None, words: tuple[st
         tfdist logs 3f2a worker:1 --tail 50
     """
     from tfdist.errors import TfdistError, UsageError
-    from tfdist.launch import logtail, runs
+    from tfdist.launch.console import logtail, runs
 
     if len(words) > 2:
         raise UsageError(f"unexpected argument {words[2]!r}", hint="give at most a run and a task")

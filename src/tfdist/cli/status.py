@@ -27,7 +27,7 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
         tfdist status              # the latest run
         tfdist status 3f2a --json
     """
-    from tfdist.launch import progress, runs
+    from tfdist.launch.console import progress, runs
 
     environ = os.environ
     if list_runs:
@@ -47,13 +47,13 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
 
 
 def _ago(seconds: float) -> str:
-    from tfdist.launch.liveview import format_duration
+    from tfdist.launch.console.liveview import format_duration
 
     return f"{format_duration(max(0.0, seconds))} ago"
 
 
 def _list_line(record: Any, state: str) -> str:
-    from tfdist.launch.liveview import format_duration
+    from tfdist.launch.console.liveview import format_duration
 
     ran = format_duration((record.ended_at or time.time()) - record.started_at)
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
@@ -62,7 +62,7 @@ def _list_line(record: Any, state: str) -> str:
 
 def render_status(status: Any, *, now: float) -> list[str]:
     """The text report: the run, its folder, its summary, then one line per task of the latest attempt."""
-    from tfdist.launch.liveview import Row, format_duration, format_number, render_rows
+    from tfdist.launch.console.liveview import Row, format_duration, format_number, render_rows
 
     record = status.record
     if record.ended:

@@ -62,7 +62,7 @@ def _exec(argv: list[str], source: str) -> int:
     from tfdist.cluster import task_environment
     from tfdist.compat.keras import tf_keras_available
     from tfdist.errors import TfdistError, UsageError
-    from tfdist.launch.slurm_metrics import metrics_environment, resolve_host
+    from tfdist.cluster.slurm_metrics import metrics_environment, resolve_host
     from tfdist.validate import shown
 
     bad = next((word for word in argv if "\0" in word), None)

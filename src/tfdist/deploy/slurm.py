@@ -13,7 +13,7 @@ from importlib import resources
 
 from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
-from tfdist.launch.slurm_metrics import SLURM_METRICS_HOST, SLURM_METRICS_PORT, valid_host
+from tfdist.cluster.slurm_metrics import SLURM_METRICS_HOST, SLURM_METRICS_PORT, valid_host
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -44,7 +44,7 @@ class SlurmJobSpec:
         metrics_port: first metrics port on each node (task at local id k serves on ``metrics_port + k``), or None
             for no metrics endpoints.
         metrics_host: address every task binds its metrics on; None: the node's own address (see
-            :mod:`tfdist.launch.slurm_metrics`).
+            :mod:`tfdist.cluster.slurm_metrics`).
     """
 
     script: str
@@ -166,7 +166,7 @@ def _role_lines(spec: SlurmJobSpec) -> str:
     if spec.evaluator:
         lines.append("export TFDIST_SLURM_EVALUATOR=1")
     if spec.metrics_port is not None:
-        # tf-config --exec gives each task TFDIST_METRICS_PORT = this + SLURM_LOCALID (see tfdist.launch.slurm_metrics).
+        # tf-config --exec gives each task TFDIST_METRICS_PORT = this + SLURM_LOCALID (see tfdist.cluster.slurm_metrics).
         lines.append(f"export {SLURM_METRICS_PORT}={spec.metrics_port}")
     if spec.metrics_host is not None:
         lines.append(f"export {SLURM_METRICS_HOST}={quote.shell(spec.metrics_host, '--metrics-host')}")

@@ -1,1 +1,1 @@
-"""Starting and supervising the tasks of a distributed TensorFlow job (see ``tfdist.launch.supervisor``)."""
+"""Starting and supervising the tasks of a distributed TensorFlow job (see ``tfdist.launch.local.supervisor``)."""

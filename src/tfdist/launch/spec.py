@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from tfdist.launch.protocol import Command
+from tfdist.protocol import Command
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class LaunchSpec:
 
     Attributes:
         command: what every task runs (a :class:`Command`; a plain argv tuple is taken as a program and its args).
-        workers, ps, chief, evaluator: the job's roles (see ``tfdist.launch.tf_config``).
+        workers, ps, chief, evaluator: the job's roles (see ``tfdist.launch.local.layout``).
         max_restarts: how many times the whole group may be restarted after a failure (within ``restart_window``).
         restart_window: seconds; restarts older than this no longer count against ``max_restarts`` (0: never expire).
         backoff: seconds before the first restart; doubles on each further restart, capped at ``backoff_max``.
@@ -55,7 +55,7 @@ class LaunchSpec:
         launcher_metrics_port: the launcher's own metrics endpoint (checked with the other ports before any start).
         allow_keras3: start a multi-worker job even though only Keras 3 is installed (custom training loops).
         warm_spares: with restarts allowed, keep one process per task with TensorFlow already imported, so a
-            restarted group skips that import (see ``tfdist.launch.spare``).
+            restarted group skips that import (see ``tfdist.launch.process.spare_process``).
         thread_caps: cap each task's TensorFlow/OpenMP thread pools to its share of the cores.
         job_name: a label for logs and metrics.
         timeouts: every wait (see :class:`Timeouts`).

@@ -251,17 +251,3 @@ def apply(result: SwitchResult, paths: ConfigPaths) -> SwitchResult:
     for tool in dict.fromkeys(c.tool for c in result.changes if c.changed):
         followups += RECIPES[tool].followups()
     return replace(result, applied=True, followups=tuple(followups))
-
-
-def clean_conda_index() -> str:
-    """Run ``conda clean -i -y`` when conda is on PATH; otherwise say that it should be run."""
-    conda = shutil.which("conda")
-    if conda is None:
-        return "conda is not on PATH: run 'conda clean -i' once it is, so conda drops its cached channel index"
-    try:
-        done = subprocess.run([conda, "clean", "-i", "-y"], capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"'conda clean -i' failed ({error}); run it by hand"
-    if done.returncode != 0:
-        return f"'conda clean -i' exited {done.returncode}; run it by hand"
-    return "ran 'conda clean -i' to drop conda's cached channel index"

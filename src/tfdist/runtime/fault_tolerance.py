@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from tfdist.launch.protocol import PREEMPTED_EXIT_CODE
+from tfdist.protocol import PREEMPTED_EXIT_CODE
 
 
 

@@ -1,6 +1,6 @@
 """How a task tells the launcher what happened: an error record with the traceback, and a heartbeat record.
 
-The records and their files are defined in :mod:`tfdist.launch.protocol` (writer and reader side by side); the
+The records and their files are defined in :mod:`tfdist.protocol` (writer and reader side by side); the
 launcher passes both paths in the environment. Importing ``tfdist.runtime`` installs the error hook, so a script needs
 no decorator for its traceback to reach the launcher's root-cause report; :func:`record` is there for scripts that
 catch exceptions themselves.
@@ -14,7 +14,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
-from tfdist.launch import protocol as P
+from tfdist import protocol as P
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -105,11 +105,23 @@ class CondaRecipe:
                                    Effective("conda", FORGE, forge_url, source)))
 
     def followups(self) -> list[str]:
-        from tfdist.mirror.switch import clean_conda_index
-
         return [clean_conda_index()]
 
     def environment(self, mirror: "Mirror") -> dict[str, str]:
         # Conda's channel maps cannot be set from the environment; only what `defaults` means can.
         return {"CONDA_DEFAULT_CHANNELS": ",".join(mirror.conda_default_channels)} if mirror.conda_default_channels \
             else {}
+
+
+def clean_conda_index() -> str:
+    """Run ``conda clean -i -y`` when conda is on PATH; otherwise say that it should be run."""
+    conda = shutil.which("conda")
+    if conda is None:
+        return "conda is not on PATH: run 'conda clean -i' once it is, so conda drops its cached channel index"
+    try:
+        done = subprocess.run([conda, "clean", "-i", "-y"], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"'conda clean -i' failed ({error}); run it by hand"
+    if done.returncode != 0:
+        return f"'conda clean -i' exited {done.returncode}; run it by hand"
+    return "ran 'conda clean -i' to drop conda's cached channel index"

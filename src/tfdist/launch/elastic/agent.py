@@ -1,0 +1,289 @@
+"""The per-machine agent: joins the rendezvous, runs this machine's share of each round, reports, obeys.
+
+One agent runs on every machine of a multi-machine job (``tfdist launch --nnodes ... --rdzv-endpoint ...``, or
+started over ssh by ``--hostfile``). It serves the rendezvous itself when this machine owns the endpoint's address.
+For each round the rendezvous sends the whole cluster; the agent starts its local workers with that TF_CONFIG,
+tells the rendezvous when they train and how they ended, and stops them when told (``graceful``: SIGTERM, the
+runtime saves at the current step and exits 143 -- the preemption path; otherwise at once: a lost peer means no
+collective can finish). Keep-alives both ways: a rendezvous silent for ``node_timeout`` is lost, the local tasks
+are stopped and the agent tries to join again until ``rdzv_timeout``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfdist.launch.elastic.membership import RendezvousSettings
+from tfdist.launch.elastic.node_group import NodeGroup
+from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
+from tfdist.launch.local.ports import free_ports
+from tfdist.protocol import Command
+from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
+from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.launch.elastic.backup_copy import BackupStore
+from tfdist.launch.spec import Timeouts
+from tfdist.launch.process.spare_pool import SparePool
+from tfdist.status import ExitStatus
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """What one machine's agent needs. ``command`` is what every local task runs."""
+
+    job: str
+    endpoint_host: str
+    endpoint_port: int
+    min_nodes: int
+    max_nodes: int
+    slots: int
+    command: Command
+    node_rank: int | None = None
+    node_address: str | None = None
+    node_name: str | None = None
+    node_timeout: float = 10.0
+    rdzv_timeout: float = 300.0
+    first_round_wait: float = 3.0
+    grace_period: float = 30.0
+    hang_timeout: float = 300.0
+    gpus_per_task: int | None = None
+    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (see launch/process/spare_pool.py)
+    max_restarts: int = 3
+    env: tuple[tuple[str, str], ...] = ()
+    log_dir: str | None = None
+    legacy_keras: bool = False
+    checkpoint_dir: str | None = None
+    watch_stdin: bool = False
+    versions: dict[str, str] = field(default_factory=dict)
+    serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
+
+
+class Agent:
+    def __init__(self, spec: AgentSpec) -> None:
+        self.spec = spec
+        self.server: RendezvousServer | None = None
+        self.group: NodeGroup | None = None
+        self.round = -1
+        self.node_rank = -1
+        self.link: RendezvousLink | None = None  # type: ignore[assignment]
+        self._signal: int | None = None
+        self.address = ""
+        self._deferred: dict[str, Any] | None = None
+        self.spares: SparePool | None = None
+        self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
+        self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
+
+    def say(self, message: str) -> None:
+        rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
+        print(f"tfdist[{rank}]: {message}", file=sys.stderr, flush=True)
+
+    # -- setting up ----------------------------------------------------------------------------------------------
+    def _address(self, rdzv_ip: str) -> str:
+        return self.spec.node_address or route_address(rdzv_ip)
+
+    def _maybe_serve(self, rdzv_ip: str) -> None:
+        if not self.spec.serve or not is_local(rdzv_ip):
+            return
+        settings = RendezvousSettings(job=self.spec.job, min_nodes=self.spec.min_nodes, max_nodes=self.spec.max_nodes,
+                            node_timeout=self.spec.node_timeout, rdzv_timeout=self.spec.rdzv_timeout,
+                            first_round_wait=self.spec.first_round_wait, max_restarts=self.spec.max_restarts,
+                            stop_timeout=self.spec.grace_period + self.spec.node_timeout + 5)
+        try:
+            self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port,
+                                           say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr,
+                                                               flush=True)).start()
+        except OSError:
+            self.server = None  # another agent on this machine serves it
+            return
+        self.say(f"serving the rendezvous for job {self.spec.job} on {rdzv_ip}:{self.spec.endpoint_port}")
+
+    def _ready(self, address: str) -> None:
+        ports = free_ports(self.spec.slots, address)
+        backup = self.backups.manifest() if self.backups else None
+        self.link.send("ready", ports=ports, backup=backup)
+
+    # -- signals -------------------------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self._signal = signum
+        if self.server is not None:
+            self.server.interrupt(signum)
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = {}
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                previous[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:
+                pass
+        try:
+            return self._run()
+        finally:
+            if self.group is not None:
+                self.group.stop(graceful=False)
+            self._discard_spares()
+            if self.server is not None:
+                self.server.wait(timeout=2.0)
+                self.server.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _run(self) -> int:
+        rdzv_ip = resolve(self.spec.endpoint_host, "--rdzv-endpoint")
+        address = self.address = self._address(rdzv_ip)
+        if is_unroutable(address) and not is_unroutable(rdzv_ip):
+            self.say(f"this machine's address {address} cannot be reached from other machines: pass --node-address")
+            return int(ExitStatus.USAGE)
+        self._maybe_serve(rdzv_ip)
+        deadline = time.monotonic() + self.spec.rdzv_timeout
+        join = dict(job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
+                    address=address, slots=self.spec.slots, versions=self.spec.versions)
+        while True:
+            self.link = RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port,
+                                       self.spec.node_timeout, watch_stdin=self.spec.watch_stdin)
+            try:
+                self.link.connect(join, deadline, give_up=lambda: self._signal is not None)
+            except Refused as refused:
+                self.say(f"refused by the rendezvous: {refused.reason}")
+                return refused.status
+            except TimeoutError as late:
+                self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
+                return int(ExitStatus.TASK_FAILED)
+            self.say(f"joined job {self.spec.job} at {self.spec.endpoint_host}:{self.spec.endpoint_port} "
+                     f"as {address} with {self.spec.slots} worker(s)")
+            self._ready(address)
+            try:
+                return self._serve_rounds(address)
+            except Lost as lost:
+                if self.group is not None:
+                    self.group.stop(graceful=False)
+                    self.group = None
+                self._discard_spares()  # cut off: nothing runs here until this machine is taken in again
+                self.link.close()
+                if self._signal is not None:
+                    return 128 + self._signal
+                self.say(f"lost the rendezvous ({lost}); trying to join again for up to {self.spec.rdzv_timeout:g}s")
+                deadline = time.monotonic() + self.spec.rdzv_timeout
+                self.node_rank = -1
+
+    def _serve_rounds(self, address: str) -> int:
+        stopped_by_signal = False
+        while True:
+            message, self._deferred = self._deferred or self.link.next_message(timeout=0.05), None
+            if message is not None:
+                kind = message["type"]
+                if kind == "round":
+                    self._start_round(message)
+                elif kind == "stop":
+                    self._stop_round(message, address)
+                elif kind == "finish":
+                    return self._finish(message)
+                elif kind == "send" and self.backups is not None and self.link.channel is not None:
+                    self.backups.upload(self.link.channel, message)
+            if self._signal is not None and not stopped_by_signal and self.server is None:
+                stopped_by_signal = True
+                self._leave_on_signal()
+                return 128 + self._signal
+            if self.spec.watch_stdin and stdin_closed():
+                self.say("the launcher's connection closed: stopping")
+                self._signal = signal.SIGTERM
+                self._leave_on_signal()
+                return int(ExitStatus.PREEMPTED)
+            self._watch_group()
+
+    def _start_round(self, message: dict[str, Any]) -> None:
+        self.round = int(message["round"])
+        self.node_rank = int(message["node_rank"])
+        restore = message.get("restore")
+        if restore and self.backups is not None:
+            restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
+            if other is not None:  # the round was stopped before it started here
+                self._deferred = other
+                return
+            if not restored:
+                self._report_exit("failed", None, "the latest backup could not be copied here")
+                self._ready(self.address)
+                return
+        self.group = NodeGroup(
+            command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
+            slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
+            log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
+            legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
+            timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares)
+        self.group.start()
+        self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
+                 f"on {len(message['nodes'])} machine(s)")
+
+    def _stop_round(self, message: dict[str, Any], address: str) -> None:
+        graceful = bool(message.get("graceful"))
+        if self.group is not None and int(message.get("round", self.round)) == self.round:
+            self.say(f"stopping round {self.round}{' (saving first)' if graceful else ''}: {message.get('reason')}")
+            outcome = self.group.stop(graceful=graceful)
+            self._report_exit(outcome, self.group.step(), "stopped by the rendezvous")
+            self.group = None
+        self._ready(address)
+
+    def _watch_group(self) -> None:
+        group = self.group
+        if group is None:
+            return
+        if not group.reported_training and group.training():
+            group.reported_training = True
+            self.link.send("training", round=self.round)
+        if group.reported_training and not group.spares_filled and group.progressed():
+            group.spares_filled = True
+            self._fill_spares(group)
+        outcome = group.outcome()
+        if outcome is None:
+            return
+        outcome_name, detail = outcome
+        # Also after success: stopping joins the output pumps (and sweeps strays), so the workers' last lines are
+        # relayed before this agent can exit (a worker's final line was lost once without it).
+        group.stop(graceful=outcome_name == "preempted")
+        self._report_exit(outcome_name, group.step(), detail)
+        self.group = None
+        if outcome_name != "succeeded":
+            self._ready(self.address)
+
+    def _fill_spares(self, group: NodeGroup) -> None:
+        """Once the round has run steps (their imports no longer compete with its start, restore and first traced
+        step), keep one warm spare per local worker, preloading what the workers imported, so the next round skips
+        importing TensorFlow (as the single-machine supervisor does)."""
+        if not self.spec.warm_spares or not self.spec.command.is_python:
+            return
+        if self.spares is None:
+            self.spares = SparePool(self.spec.command, group.spare_env)
+        self.spares.fill(self.spec.slots, group.preload())
+
+    def _discard_spares(self) -> None:
+        if self.spares is not None:
+            self.spares.discard_all()
+
+    def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
+        self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail)
+
+    def _finish(self, message: dict[str, Any]) -> int:
+        status = int(message["status"])
+        if self.group is not None:
+            self.group.stop(graceful=False)
+            self.group = None
+        if self.server is not None or status != 0:
+            print(message.get("report", ""), file=sys.stderr, flush=True)
+        self.say(f"job over, exit status {status}")
+        return status
+
+    def _leave_on_signal(self) -> None:
+        """Stopped from outside on this machine: save (the peers take part), report, leave."""
+        if self.group is not None:
+            outcome = self.group.stop(graceful=True)
+            self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
+            self.group = None
+        self.link.close()

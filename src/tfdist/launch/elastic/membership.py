@@ -1,0 +1,261 @@
+"""The rendezvous' policy: which machines form a round, when to stop a round, when the job is over. Pure.
+
+The rendezvous server (``server.py``) feeds events in (a machine joined, is ready, its tasks exited, it was
+lost) with the current time and carries out the actions :meth:`MembershipPolicy.tick` returns; nothing here touches a
+socket or a clock, so the rules are table-tested.
+
+Phases of the job::
+
+    WAITING --(>= MIN ready, MAX or last call)--> RUNNING --(rank 0 succeeded)--> FINISHING --> done (0)
+       ^  \\--(< MIN for rdzv_timeout)--> done (3)   |
+       |                                             | machine lost / tasks failed / a machine is waiting to join
+       \\------------------ STOPPING <--------------/
+
+Rules (torchrun's, with Horovod's blacklist):
+
+- a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after, in arrival order);
+  its tasks get global indices in that order, then by local index, so worker 0 (the chief) is on node rank 0;
+- a lost machine or a failed task stops the round; a machine waiting to join stops it gracefully (the tasks save
+  at the current step: the preemption path) once every machine of the round trains;
+- a failure is blamed on a machine only when no machine was lost in the same round (a lost peer makes the others'
+  collectives fail too); a machine blamed ``fail_limit`` rounds in a row is left out for ``cooldown`` seconds;
+- failures count against ``max_restarts``; lost machines and scale-ups do not (MIN decides those).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tfdist.cluster.address import format_address
+from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
+    RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
+)
+from tfdist.status import ExitStatus
+
+
+class MembershipPolicy:
+    """State of one job's rendezvous. Call the ``on_*`` methods as events arrive and :meth:`tick` often."""
+
+    def __init__(self, settings: RendezvousSettings, now: float) -> None:
+        self.s = settings
+        self.phase = Phase.WAITING
+        self.nodes: dict[int, Node] = {}
+        self.round = -1
+        self.waiting_since = now
+        self.min_reached_at: float | None = None
+        self.lost: list[str] = []
+        self.returned: list[str] = []
+        self.restarts = 0
+        self.failures: dict[str, int] = {}
+        self.blacklist: dict[str, float] = {}
+        self.history: list[str] = []
+        self._round_lost = False
+        self._round_failure: tuple[str, str] | None = None
+        self._stop_reason = ""
+        self._stopping_since = now
+        self._finish_deadline = 0.0
+        self._interrupt: int | None = None
+        self._outbox: list[RoundAction] = []  # decisions taken inside an event, handed out by the next tick
+
+    # -- events --------------------------------------------------------------------------------------------------
+    def on_join(self, node: Node, job: str) -> tuple[str, int] | None:
+        """Admit ``node``, or return (reason, exit status) to refuse it."""
+        if self.phase is Phase.DONE:
+            return "the job is over", int(ExitStatus.USAGE)
+        if job != self.s.job:
+            return (f"job id {job!r} does not match this rendezvous' job {self.s.job!r} (pass the same --rdzv-id "
+                    "on every machine)", int(ExitStatus.USAGE))
+        if node.requested_rank is not None:
+            if not 0 <= node.requested_rank < self.s.max_nodes:
+                return (f"--node-rank {node.requested_rank} is outside 0..{self.s.max_nodes - 1} for --nnodes "
+                        f"max {self.s.max_nodes}", int(ExitStatus.USAGE))
+            twin = next((n for n in self.nodes.values() if n.requested_rank == node.requested_rank), None)
+            if twin is not None:
+                return (f"--node-rank {node.requested_rank} is already taken by {twin.label} (give every machine "
+                        "its own --node-rank)", int(ExitStatus.USAGE))
+        if len(self.nodes) >= self.s.max_nodes:
+            return (f"the job already has its maximum of {self.s.max_nodes} machines "
+                    f"({', '.join(n.label for n in self.nodes.values())})", int(ExitStatus.USAGE))
+        first = next(iter(self.nodes.values()), None)
+        if first is not None and first.versions and node.versions and first.versions != node.versions:
+            return ("version mismatch: " + "; ".join(f"{n.label}: {_versions(n.versions)}" for n in (first, node))
+                    + " (install the same versions on every machine)", int(ExitStatus.USAGE))
+        if node.label in self.lost:
+            self.returned.append(node.label)
+        self.nodes[node.node_id] = node
+        return None
+
+    def on_ready(self, node_id: int, ports: tuple[int, ...], backup: dict[str, Any] | None) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            return
+        node.ready, node.ports, node.backup = True, ports, backup
+        node.in_round, node.training = False, False
+
+    def on_training(self, node_id: int, round_: int) -> None:
+        node = self.nodes.get(node_id)
+        if node is not None and round_ == self.round and node.in_round:
+            node.training = True
+
+    def on_exited(self, node_id: int, round_: int, outcome: str, step: int | None, detail: str, now: float) -> None:
+        node = self.nodes.get(node_id)
+        if node is None or round_ != self.round or not node.in_round:
+            return
+        node.outcome, node.step = outcome, step
+        if self.phase is Phase.RUNNING:
+            if outcome == "succeeded" and self._rank(node) == 0:
+                self.phase = Phase.FINISHING
+                self._finish_deadline = now + self.s.after_success
+            elif outcome == "failed":
+                self._round_failure = (node.label, detail)
+                self._begin_stop(now, graceful=False, reason=f"tasks failed on {node.label}: {detail}")
+            elif outcome in ("preempted", "stopped"):
+                self._begin_stop(now, graceful=True, reason=f"{node.label} was stopped ({detail})")
+
+    def on_lost(self, node_id: int, reason: str, now: float) -> None:
+        node = self.nodes.pop(node_id, None)
+        if node is None:
+            return
+        self.lost.append(node.label)
+        self.history.append(f"round {max(self.round, 0)}: lost {node.label}: {reason}")
+        if node.in_round and self.phase in (Phase.RUNNING, Phase.STOPPING, Phase.FINISHING):
+            self._round_lost = True
+            if self.phase is Phase.RUNNING:
+                self._begin_stop(now, graceful=False, reason=f"lost {node.label} ({reason})")
+
+    def interrupt(self, signum: int, now: float) -> None:
+        """The process hosting the rendezvous was asked to stop: every machine saves and stops, then the job ends."""
+        self._interrupt = signum
+        if self.phase in (Phase.RUNNING, Phase.FINISHING):
+            self._begin_stop(now, graceful=True, reason="the launcher was asked to stop")
+
+    # -- decisions -----------------------------------------------------------------------------------------------
+    def tick(self, now: float) -> list[RoundAction]:
+        """What to do now: decisions taken by earlier events first, then those that depend on time."""
+        decided = self._decide(now)
+        actions, self._outbox = self._outbox, []
+        return actions + decided
+
+    def _decide(self, now: float) -> list[RoundAction]:
+        if self.phase is Phase.DONE:
+            return []
+        if self.phase is Phase.STOPPING:
+            return self._tick_stopping(now)
+        if self._interrupt is not None:
+            return self._done(128 + self._interrupt, "stopped by a signal")
+        if self.phase is Phase.WAITING:
+            return self._tick_waiting(now)
+        if self.phase is Phase.FINISHING:
+            done = all(n.outcome is not None for n in self._members())
+            if done or now >= self._finish_deadline:
+                return self._done(int(ExitStatus.SUCCESS), "succeeded")
+            return []
+        return self._tick_running(now)
+
+    def _tick_waiting(self, now: float) -> list[RoundAction]:
+        eligible = self._eligible(now)
+        if len(eligible) >= self.s.min_nodes:
+            if self.min_reached_at is None:
+                self.min_reached_at = now
+            wait = self.s.first_round_wait if self.round < 0 else 0.0
+            if len(eligible) >= self.s.max_nodes or now - self.min_reached_at >= wait:
+                return [self._start_round(eligible)]
+            return []
+        self.min_reached_at = None
+        if now - self.waiting_since >= self.s.rdzv_timeout:
+            return self._done(int(ExitStatus.TASK_FAILED),
+                              f"waited {self.s.rdzv_timeout:g}s for at least {self.s.min_nodes} machine(s), "
+                              f"have {len(eligible)}")
+        return []
+
+    def _tick_running(self, now: float) -> list[RoundAction]:
+        members = self._members()
+        waiting = [n for n in self._eligible(now) if not n.in_round]
+        if waiting and len(members) < self.s.max_nodes and members and all(n.training for n in members):
+            names = ", ".join(n.label for n in waiting)
+            self._begin_stop(now, graceful=True, reason=f"{names} joined: saving, then restarting with "
+                             f"{min(self.s.max_nodes, len(members) + len(waiting))} machines")
+        return []
+
+    def _tick_stopping(self, now: float) -> list[RoundAction]:
+        members = self._members()
+        if any(not n.ready for n in members) and now - self._stopping_since < self.s.stop_timeout:
+            return []
+        for node in members:  # a machine that never confirmed its stop is not trusted with the next round
+            if not node.ready:
+                self.on_lost(node.node_id, f"did not stop within {self.s.stop_timeout:g}s", now)
+        if self._interrupt is not None:
+            return self._done(128 + self._interrupt, "stopped by a signal")
+        failure = self._round_failure
+        self.phase = Phase.WAITING
+        self.waiting_since = now
+        self.min_reached_at = None
+        if failure is not None and not self._round_lost:
+            name, detail = failure
+            self.restarts += 1
+            self.failures[name] = self.failures.get(name, 0) + 1
+            if self.failures[name] >= self.s.fail_limit:
+                self.blacklist[name] = now + self.s.cooldown
+                self.history.append(f"round {self.round}: {name} failed {self.failures[name]} rounds in a row: "
+                                    f"left out for {self.s.cooldown:g}s")
+            if self.restarts > self.s.max_restarts:
+                return self._done(int(ExitStatus.TASK_FAILED), f"tasks failed on {name}: {detail}; restart budget "
+                                  f"({self.s.max_restarts}) spent")
+        return []
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+    def _members(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.in_round]
+
+    def _eligible(self, now: float) -> list[Node]:
+        return [n for n in self.nodes.values() if n.ready and self.blacklist.get(n.label, 0.0) <= now]
+
+    @staticmethod
+    def _order(node: Node) -> tuple[bool, int, int]:
+        return (node.requested_rank is None, node.requested_rank or 0, node.node_id)
+
+    def _rank(self, node: Node) -> int:
+        return sorted(self._members(), key=self._order).index(node)
+
+    def _start_round(self, eligible: list[Node]) -> StartRound:
+        chosen = sorted(eligible, key=self._order)[: self.s.max_nodes]
+        self.round += 1
+        self.phase = Phase.RUNNING
+        self._round_lost, self._round_failure = False, None
+        workers: list[str] = []
+        assignments = []
+        for rank, node in enumerate(chosen):
+            assignments.append(Assignment(node.node_id, rank, len(workers)))
+            workers += [format_address(node.address, port) for port in node.ports[: node.slots]]
+            node.ready, node.in_round, node.training, node.outcome, node.step = False, True, False, None, None
+        self.history.append(f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
+                            + ", ".join(n.label for n in chosen))
+        return StartRound(self.round, len(workers), tuple(workers), tuple(assignments),
+                          tuple((r, n.name, n.address) for r, n in enumerate(chosen)))
+
+    def _begin_stop(self, now: float, *, graceful: bool, reason: str) -> None:
+        self.phase = Phase.STOPPING
+        self._stopping_since = now
+        self._stop_reason = reason
+        self.history.append(f"round {self.round}: stopping: {reason}")
+        self._outbox.append(Stop(tuple(n.node_id for n in self._members()), graceful, reason))
+
+    def _done(self, status: int, summary: str) -> list[RoundAction]:
+        self.phase = Phase.DONE
+        return [Finish(status, self.report(status, summary))]
+
+    def report(self, status: int, summary: str) -> str:
+        verdict = "succeeded" if status == 0 else "did not succeed"
+        lines = [f"tfdist: job {self.s.job} {verdict}: {summary}"]
+        if self.lost:
+            still = [name for name in self.lost if name not in self.returned]
+            lines.append("  lost machines: " + ", ".join(self.lost)
+                         + (f" (not back: {', '.join(still)})" if still and still != self.lost else ""))
+        if self.blacklist:
+            lines.append("  left out after repeated failures: " + ", ".join(self.blacklist))
+        lines.append(f"  rounds: {self.round + 1}, restarts after failures: {self.restarts}")
+        lines += [f"  {event}" for event in self.history]
+        return "\n".join(lines)
+
+
+def _versions(versions: dict[str, str]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in sorted(versions.items()))

@@ -1,0 +1,121 @@
+"""This machine's workers for one round of a multi-machine job, on the single-machine launcher's own parts.
+
+The round's cluster comes from the rendezvous; the tasks are planned by ``taskenv.plan_tasks`` from a spec whose
+``cluster`` is that layout and whose ``local_tasks`` are this machine's, run by :class:`~tfdist.launch.local.group.TaskGroup`
+(start, poll into a snapshot, stop) and judged by the same pure rules, :func:`tfdist.launch.local.rules.decide` (the
+leader rule, an agent without the leader succeeding when its own workers exit 0, preemption, hangs, port races).
+What is left here is the translation into the three outcomes an agent reports. Output lines are prefixed with the
+machine's node rank: ``[node1 worker:3] ...``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+from tfdist import constants as C
+from tfdist.cluster import TaskId
+from tfdist.launch.local import rules
+from tfdist.launch.local.group import TaskGroup
+from tfdist.launch.process.spawn import Console
+from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
+from tfdist.launch.spec import LaunchSpec, Timeouts
+from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
+from tfdist.launch.local.layout import ClusterLayout
+from tfdist.launch.process.spare_pool import SparePool
+
+
+class NodeConsole(Console):
+    """Console lines prefixed ``[node<rank> worker:<i>]`` instead of ``[worker:<i>]``."""
+
+    def __init__(self, node_rank: int) -> None:
+        super().__init__(enabled=True)
+        self.node = f"node{node_rank}"
+
+    def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
+        super().write(f"[{self.node} {prefix.strip('[]')}]", line, to_stderr=to_stderr)
+
+
+class NodeGroup:
+    """Workers ``first_index .. first_index + slots - 1`` of the cluster ``workers``, on this machine."""
+
+    def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
+                 node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
+                 max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
+                 spares: SparePool | None = None, base_env: Mapping[str, str] | None = None) -> None:
+        layout = ClusterLayout(worker=workers)
+        local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
+        # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
+        self.spec = LaunchSpec(command=command, workers=slots, job_name=job, max_restarts=max_restarts,
+                               env=tuple(env.items()), timeouts=timeouts, cluster=layout, local_tasks=local,
+                               warm_spares=False)
+        environ = dict(os.environ if base_env is None else base_env)
+        plans = [p for p in plan_tasks(self.spec, layout, run_id=f"{job}-r{round_}", attempt=round_,
+                                       log_dir=log_dir, legacy_keras=legacy_keras, environ=environ)
+                 if p.name in local]
+        # This machine's GPUs are shared among this machine's workers (by local position, not global index).
+        gpu_map = assign_gpus([TaskId(p.task_type, p.task_index) for p in plans], visible_gpus(environ), gpus_per_task)
+        if gpu_map and C.CUDA_VISIBLE_DEVICES not in env:
+            plans = [dataclasses.replace(p, extra_env={**p.extra_env, C.CUDA_VISIBLE_DEVICES:
+                                                      gpu_map[TaskId(p.task_type, p.task_index)]}) for p in plans]
+        self.plans = plans
+        self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
+                               console=NodeConsole(node_rank), spares=spares)
+        self.spare_env = {**environ, **shared_env(self.spec, legacy_keras, environ)}  # what a warm spare imports with
+        self.reported_training = False
+        self.spares_filled = False
+
+    def start(self) -> None:
+        self.group.start()
+
+    def describe(self) -> str:
+        warm = f" ({self.group.warm} from warm spares)" if self.group.warm else ""
+        return self.group.summary() + warm
+
+    def training(self) -> bool:
+        """Every local worker has sent a heartbeat: it trains, and its preemption handler is installed."""
+        snapshot = self.group.poll()
+        return bool(snapshot.tasks) and all(t.heartbeat is not None for t in snapshot.tasks if t.is_trainer)
+
+    def progressed(self) -> bool:
+        """Every local worker has run steps since it began: the start, restore and traced first step are behind."""
+        return self.group.poll().trainers_progressed
+
+    def preload(self) -> list[str]:
+        """The modules the workers imported (from their heartbeats), for warm spares to import ahead."""
+        return sorted({m for p in self.group.plans for m in read_modules(p.heartbeat_path)})
+
+    def step(self) -> int | None:
+        return self.group.poll().step
+
+    def outcome(self) -> tuple[str, str] | None:
+        """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules."""
+        t = self.spec.timeouts
+        verdict = rules.decide(self.group.poll(stale_after=t.hang), self.spec)
+        if verdict.action is rules.GroupAction.CONTINUE:
+            return None
+        if verdict.action is rules.GroupAction.SUCCEED:
+            self.group.wait_for(("worker",), t.after_success, poll=t.poll)  # the others finish their last step
+            return "succeeded", "the workers here exited 0"
+        if verdict.action is rules.GroupAction.PREEMPTED:
+            self.group.wait_for(("worker",), t.grace, poll=t.poll)  # the others are saving too
+            return "preempted", f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
+        failure = self.group.failure(verdict.culprit)
+        detail = failure.headline if failure is not None else str(verdict.culprit)
+        return "failed", f"{detail}{f' ({verdict.detail})' if verdict.detail else ''}"
+
+    def stop(self, *, graceful: bool) -> str:
+        """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
+
+        ``graceful``: SIGTERM and the full grace period, for the coordinated save. Otherwise a peer is gone or
+        failed and no collective can finish, so a short grace, then SIGKILL.
+        """
+        t = self.spec.timeouts
+        snapshot = self.group.poll()
+        if rules.nothing_to_save(snapshot, self.spec):
+            grace = t.untrained_grace
+        else:
+            grace = t.grace if graceful else min(t.failure_grace, t.grace)
+        self.group.stop(grace)
+        codes = [p.poll() for p in self.group.procs]
+        return "preempted" if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else "stopped"

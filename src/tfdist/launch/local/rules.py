@@ -1,0 +1,107 @@
+"""The group rules, as a pure function of a snapshot: ``decide(snapshot, spec) -> Verdict``. No processes, no clock,
+no I/O; table-tested in tests/unit/test_launch_rules.py.
+
+Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent use them):
+
+1. A task that could not be started fails the attempt (``start-failed``; restarting would fail the same way).
+2. The leader (the chief, else worker 0) exiting 0 means success. A per-machine agent without the leader succeeds
+   when every local training task has exited 0.
+3. The evaluator is outside the cluster: its failure is reported once, training goes on.
+4. A worker or chief exiting 0 before the leader is normal. A parameter server exiting at all fails the attempt.
+5. A task exiting 143 was preempted and saved: the group saves too and restarts (``task-preempted``).
+6. Any other exit fails the attempt. The root cause is the task that ended first; it is a ``port-conflict`` when it
+   lost its port, and marked transient when it ran out of threads or processes.
+7. A training task (under ParameterServerStrategy: the chief, which alone runs steps) that sent heartbeats and then
+   none for ``timeouts.hang`` seconds is hung. When one task stalls its peers soon block in a collective and fall
+   silent too: the culprit is a task the kernel reports as stopped, else the one silent for longest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from tfdist.cluster import TaskId, leader_of
+from tfdist.launch.outcome import Cause, describe_exit
+from tfdist.protocol import PREEMPTED_EXIT_CODE
+from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
+from tfdist.launch.spec import LaunchSpec
+
+
+class GroupAction(str, Enum):
+    CONTINUE = "continue"
+    SUCCEED = "succeed"
+    FAIL = "fail"  # stop the group at once (a short grace) and end the attempt
+    PREEMPTED = "preempted"  # let the training tasks finish their coordinated save, then stop the group
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: GroupAction
+    cause: Cause | None = None
+    culprit: str | None = None  # the task the attempt's end started with
+    detail: str = ""
+    transient: bool = False
+    notices: tuple[str, ...] = ()  # things to report that do not end the attempt
+
+
+CONTINUE = Verdict(GroupAction.CONTINUE)
+
+
+def leader(spec: LaunchSpec) -> tuple[str, int]:
+    """The task whose exit 0 makes the job succeed (the leader rule of :mod:`tfdist.cluster.roles`)."""
+    training = {"chief": int(spec.chief), "worker": spec.workers}
+    lead = leader_of(TaskId(role, i) for role, count in training.items() for i in range(count))
+    return (lead.type, lead.index) if lead else ("worker", 0)
+
+
+def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
+    """What the supervisor should do about ``snapshot``."""
+    unstartable = [t for t in snapshot.tasks if t.start_error is not None]
+    if unstartable:
+        task = unstartable[0]
+        return Verdict(GroupAction.FAIL, Cause.START_FAILED, task.name, detail=task.start_error or "")
+    lead = snapshot.find(*leader(spec))
+    if lead is not None and lead.exit_code == 0:
+        return Verdict(GroupAction.SUCCEED, Cause.SUCCEEDED, lead.name)
+    notices = tuple(f"evaluator failed ({t.name} {describe_exit(t.exit_code)}); training goes on"
+                    for t in snapshot.tasks if t.task_type == "evaluator" and t.exit_code not in (None, 0))
+    ended = sorted((t for t in snapshot.tasks if t.exit_code is not None and t.task_type != "evaluator"),
+                   key=lambda t: (t.ended_at if t.ended_at is not None else float("inf"), t.name))
+    failed = [t for t in ended if t.exit_code != 0 or t.task_type == "ps"]
+    if failed:
+        first = failed[0]
+        if first.exit_code == PREEMPTED_EXIT_CODE:
+            return Verdict(GroupAction.PREEMPTED, Cause.TASK_PREEMPTED, first.name, notices=notices)
+        cause = Cause.PORT_CONFLICT if first.lost_port else Cause.TASK_FAILED
+        detail = "parameter server exited" if first.task_type == "ps" and first.exit_code == 0 else ""
+        return Verdict(GroupAction.FAIL, cause, first.name, detail=detail, transient=first.transient, notices=notices)
+    if lead is None:  # a per-machine agent whose machine does not run the leader
+        trainers = [t for t in snapshot.tasks if t.is_trainer]
+        if trainers and all(t.exit_code == 0 for t in trainers) and not spec.ps:
+            return Verdict(GroupAction.SUCCEED, Cause.SUCCEEDED, trainers[0].name, notices=notices)
+    stuck = _hung(snapshot, spec)
+    if stuck is not None:
+        how = "stopped (SIGSTOP)" if stuck.stopped else "silent"
+        return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name,
+                       detail=f"{how}, no heartbeat for {spec.timeouts.hang:g}s", notices=notices)
+    return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
+
+
+def _hung(snapshot: GroupSnapshot, spec: LaunchSpec) -> TaskView | None:
+    timeout = spec.timeouts.hang
+    if timeout <= 0:
+        return None
+    watched = ("chief",) if spec.ps else ("chief", "worker")
+    silent = [t for t in snapshot.tasks
+              if t.task_type in watched and t.running and t.heartbeat_age is not None and t.heartbeat_age > timeout
+              and not (t.heartbeat is not None and t.heartbeat.finished)]  # saving and evaluating send no beats
+    if not silent:
+        return None
+    return max(silent, key=lambda t: (t.stopped, t.heartbeat_age or 0.0))
+
+
+def nothing_to_save(snapshot: GroupSnapshot, spec: LaunchSpec) -> bool:
+    """A stop may skip the grace period: no task has sent a heartbeat and the attempt is young enough that a script
+    using tfdist.runtime would not have started training (scripts without it never send one: after
+    ``timeouts.spares_after`` they get the full grace)."""
+    return not snapshot.any_heartbeat and snapshot.elapsed < spec.timeouts.spares_after

@@ -1,0 +1,316 @@
+"""The supervisor: runs a job's local tasks to completion, restarting the group (the training resumes from its
+checkpoint) until it succeeds, the restart budget is spent, or it is asked to stop.
+
+Three parts, as PyTorch's elastic agent splits them: the mechanism (:class:`~tfdist.launch.local.group.TaskGroup` starts,
+polls into an immutable snapshot, stops), the group rules (:func:`~tfdist.launch.local.rules.decide`, pure), and the
+restart rules (:class:`~tfdist.launch.local.restart.RestartPolicy`, pure). Stop requests (signals, or another thread of a
+per-machine agent) are flags checked wherever the supervisor waits (:mod:`tfdist.launch.local.stops`).
+
+A per-machine agent of a multi-machine job gives the whole cluster in ``spec.cluster`` and its own tasks in
+``spec.local_tasks``, and can call :meth:`Supervisor.request_new_round` from another thread to have the group save,
+stop and restart with a new cluster (an elastic round), or :meth:`Supervisor.request_stop`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable, Mapping
+
+import psutil
+
+from tfdist.cluster import format_address
+from tfdist.launch.local import rules
+from tfdist.launch.local.group import TaskGroup
+from tfdist.launch.outcome import Attempt, Cause, LaunchResult
+from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
+from tfdist.launch.process.spawn import Console
+from tfdist.protocol import TaskPlan, read_modules
+from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
+from tfdist.launch.local.restart import RestartPolicy
+from tfdist.launch.local.stops import StopRequests
+from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
+from tfdist.launch.local.layout import ClusterLayout
+from tfdist.launch.process.spare_pool import SparePool
+
+log = logging.getLogger("tfdist.launch")
+
+ROLE_STATES = {None: "running", 0: "exited"}
+
+
+class Supervisor:
+    """Runs a :class:`LaunchSpec`. Use :meth:`run` once per instance.
+
+    Args:
+        environ: the environment tasks inherit (default: this process's).
+        legacy_keras: give tasks ``TF_USE_LEGACY_KERAS=1``.
+        console: where task output is echoed.
+        metrics: the launcher's metrics (``set_task_state``, ``restart``), or None.
+        contain: become a child subreaper and start the watcher, so that no descendant of a task outlives the
+            launcher (see :mod:`tfdist.launch.process.reaper`).
+    """
+
+    def __init__(self, spec: LaunchSpec, *, environ: Mapping[str, str] | None = None, legacy_keras: bool = False,
+                 console: Console | None = None, metrics: Any = None, contain: bool = True) -> None:
+        self.spec = spec
+        self.environ = dict(os.environ if environ is None else environ)
+        self.legacy_keras = legacy_keras
+        self.run_id = uuid.uuid4().hex[:12]
+        self._temporary_logs = spec.log_dir is None
+        self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
+        self.console = console or Console(enabled=spec.tee or spec.log_dir is None)
+        self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
+        self.before_log_cleanup: Callable[[], Any] | None = None  # the live view's last look (liveview.watch)
+        self.metrics = metrics
+        self.contain = contain
+        self.stops = StopRequests()
+        self.restarts = RestartPolicy(
+            max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
+            backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
+        self._cluster: ClusterLayout | None = spec.cluster  # type: ignore[assignment]
+        self._local: tuple[str, ...] | None = spec.local_tasks
+        self._next_round: tuple[ClusterLayout, tuple[str, ...] | None] | None = None
+        self._round_lock = threading.Lock()
+        self._spares: SparePool | None = None
+        self._watcher: Watcher | None = None
+        self._keep: set[int] = set()
+        self.group: TaskGroup | None = None
+
+    # -- for a per-machine agent (thread-safe) -------------------------------------------------------------------
+    def request_stop(self, cause: Cause = Cause.PREEMPTED, message: str = "asked to stop: stopping all tasks") -> None:
+        self.stops.request(cause, message)
+
+    def request_new_round(self, cluster: ClusterLayout, local_tasks: tuple[str, ...] | None = None) -> None:
+        """Have the running group save and stop, then start again with ``cluster`` (not counted as a failure)."""
+        with self._round_lock:
+            self._next_round = (cluster, local_tasks)
+
+    # -- the restart loop ----------------------------------------------------------------------------------------
+    def run(self) -> LaunchResult:
+        """Start, watch and restart the group; returns when the job succeeded, failed for good, or was stopped.
+
+        Raises:
+            UsageError: a port the job needs is taken (before anything started).
+        """
+        check_ports(self.spec, count_tasks(self.spec))
+        self.stops.install()
+        try:
+            self._contain()
+            self._say(f"job {self.run_id}: logs in {self.log_dir}")
+            attempt = 0
+            while True:
+                outcome = self.run_round(attempt)
+                self.result.attempts.append(outcome)
+                self._set_task_states(outcome)
+                if self.stops.requested:
+                    self.result.stopped_by = self.stops.cause
+                    break
+                decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient)
+                if not decision.restart:
+                    break
+                if decision.counted and self.metrics is not None:
+                    self.metrics.restart()
+                self._say(decision.message)
+                if self._wait(decision.delay):
+                    self._announce()
+                    self._say("stopped during the restart back-off: no task was running")
+                    self.result.stopped_by = self.stops.cause
+                    break
+                attempt += 1
+        finally:
+            self._cleanup()
+        return self.result
+
+    def run_round(self, attempt: int) -> Attempt:
+        """One attempt: start the local tasks, watch them until the rules end the attempt, stop them."""
+        with self._round_lock:
+            if self._next_round is not None:
+                self._cluster, self._local = self._next_round
+                self._next_round = None
+        plans = self._plans(attempt)
+        attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
+        group = self.group = TaskGroup(plans, attempt=attempt, attempt_dir=attempt_dir, base_env=self.environ,
+                                       console=self.console, spares=self._spares)
+        group.sweep = self._sweep
+        group.start(should_stop=lambda: self.stops.requested)
+        if self._watcher is not None:
+            self._watcher.watch(group.pids)  # each task leads its own process group
+        self._event("attempt-started", attempt=attempt, tasks=len(group.procs), warm=group.warm)
+        if group.procs:
+            if self.metrics is not None:
+                for proc in group.procs:
+                    self.metrics.set_task_state(proc.plan.task_type, proc.plan.task_index, "running")
+            how = f" ({group.warm} from warm spares)" if group.warm else ""
+            self._say(f"attempt {attempt}: started {len(group.procs)} task(s){how}: {group.summary()}")
+            if self.spec.metrics_port is not None:
+                urls = (f"{p.name} http://{format_address(p.plan.metrics_host, p.plan.metrics_port)}/metrics"
+                        for p in group.procs)
+                self._say("metrics: " + ", ".join(urls))
+        try:
+            return self._watch(group, attempt)
+        finally:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        kill_strays(self._keep | set(self._spares.pids if self._spares else ()))
+
+    def _watch(self, group: TaskGroup, attempt: int) -> Attempt:
+        t = self.spec.timeouts
+        reported: set[str] = set()
+        last_reap = time.monotonic()
+        while True:
+            self._announce()
+            snapshot = group.poll(stale_after=t.hang)
+            if self.stops.requested:
+                self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
+                grace = t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace
+                group.stop(grace, kill_now=lambda: self.stops.kill_now)
+                self._announce()
+                return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
+                               step_reached=snapshot.step)
+            if self._next_round is not None:
+                self._say("a new round: the group saves, stops and restarts with the new cluster")
+                group.stop(t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace,
+                           kill_now=lambda: self.stops.kill_now)
+                return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
+            verdict = rules.decide(snapshot, self.spec)
+            for notice in verdict.notices:
+                if notice not in reported:
+                    reported.add(notice)
+                    self._say(notice)
+            if verdict.action is rules.GroupAction.CONTINUE:
+                self._maybe_start_spares(group, snapshot)
+                if time.monotonic() - last_reap > 1.0:
+                    reap_orphans(group.pids + list(self._keep))
+                    last_reap = time.monotonic()
+                time.sleep(t.poll)
+                continue
+            return self._end(group, attempt, verdict)
+
+    def _end(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> Attempt:
+        t = self.spec.timeouts
+        self._event("verdict", attempt=attempt, action=verdict.action.value,
+                    cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
+        interrupted = lambda: self.stops.requested  # noqa: E731
+        failure = group.failure(verdict.culprit)
+        if verdict.action is rules.GroupAction.SUCCEED:
+            # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers. An evaluator
+            # may be scoring the final model: it gets the same moment to finish.
+            roles = ("evaluator",) if self.spec.ps else ("chief", "worker", "evaluator")
+            group.wait_for(roles, t.after_success, poll=t.poll, interrupted=interrupted)
+            group.stop(min(t.after_success_grace, t.grace), kill_now=lambda: self.stops.kill_now)
+            failure = None
+        elif verdict.action is rules.GroupAction.PREEMPTED:
+            self._say(f"{verdict.culprit} was preempted and saved its state: waiting for the group to save")
+            group.wait_for(("chief", "worker"), t.grace, poll=t.poll, interrupted=lambda: self.stops.kill_now)
+            group.stop(t.grace, kill_now=lambda: self.stops.kill_now)
+        elif verdict.cause is Cause.HUNG:
+            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {t.hang:g}s "
+                      f"({verdict.detail.split(',')[0]}): stopping the group")
+            group.stop(t.grace, first_signal=signal.SIGKILL)
+        else:
+            headline = failure.headline if failure else verdict.culprit
+            self._say(f"{headline}: stopping the group" if verdict.cause is not Cause.START_FAILED else
+                      f"start-failed: {headline}")
+            group.stop(min(t.failure_grace, t.grace), kill_now=lambda: self.stops.kill_now)
+        snapshot = group.poll()
+        self._event("group-stopped", attempt=attempt)
+        return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
+                       step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient)
+
+    # -- pieces --------------------------------------------------------------------------------------------------
+    def _plans(self, attempt: int) -> list[TaskPlan]:
+        layout = self._cluster
+        if layout is None:
+            n = count_tasks(self.spec)
+            ports = (ports_from_base(self.spec.port_base, n, self.spec.host) if self.spec.port_base is not None
+                     else free_ports(n, self.spec.host))
+            layout = layout_for(self.spec, ports)
+        plans = plan_tasks(self.spec, layout, run_id=self.run_id, attempt=attempt,
+                           log_dir=os.path.join(self.log_dir, f"attempt-{attempt}"), gpus=visible_gpus(self.environ),
+                           legacy_keras=self.legacy_keras, environ=self.environ)
+        if self._local is not None:
+            plans = [p for p in plans if p.name in self._local]
+        return plans
+
+    def _spares_wanted(self) -> bool:
+        return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
+
+    def _maybe_start_spares(self, group: TaskGroup, snapshot: Any) -> None:
+        """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
+        with the group's own start, restore and first (traced) step; or after ``timeouts.spares_after``, for scripts
+        that send no heartbeats."""
+        if not self._spares_wanted() or (self._spares is not None and len(self._spares) >= len(group.plans)):
+            return
+        if snapshot.trainers_progressed or snapshot.elapsed > self.spec.timeouts.spares_after:
+            if self._spares is None:
+                env = {**self.environ, **shared_env(self.spec, self.legacy_keras, self.environ)}
+                self._spares = SparePool(self.spec.command, env)
+            preload = sorted({m for p in group.plans if p.task_type in ("chief", "worker")
+                              for m in read_modules(p.heartbeat_path)})
+            self._spares.fill(len(group.plans), preload)
+            group.spares = self._spares
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when a stop was requested meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self.stops.requested:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        return self.stops.requested
+
+    def _contain(self) -> None:
+        self._keep = {c.pid for c in psutil.Process().children()}  # not ours to kill (a test runner's helpers)
+        if not self.contain:
+            return
+        become_subreaper()
+        try:
+            self._watcher = Watcher(self.run_id)
+            self._keep.add(self._watcher.pid)
+        except OSError as error:  # without it only kill -9 of the launcher can leave grandchildren behind
+            log.warning("cannot start the watcher process: %s", error)
+
+    def _cleanup(self) -> None:
+        if self._spares is not None:
+            self._spares.discard_all()
+        kill_strays(self._keep)
+        if self._watcher is not None:
+            self._watcher.close()
+        self.stops.restore()
+        if self._temporary_logs and self.result.cause is not None and self.result.cause not in (
+                Cause.TASK_FAILED, Cause.HUNG, Cause.PORT_CONFLICT, Cause.START_FAILED):
+            if self.before_log_cleanup is not None:
+                self.before_log_cleanup()
+            shutil.rmtree(self.log_dir, ignore_errors=True)  # kept after a failure: the report points into it
+
+    def _event(self, name: str, **fields: Any) -> None:
+        """One line of ``events.jsonl`` in the log folder: what the launcher did when (wall clock), for the live view
+        and bench/recovery.py's breakdown of a restart."""
+        line = json.dumps({"time": time.time(), "event": name, **fields})
+        try:
+            with open(os.path.join(self.log_dir, "events.jsonl"), "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError:
+            pass  # a full disk must not stop the supervision
+
+    def _announce(self) -> None:
+        for message in self.stops.announcements():
+            self._say(message)
+
+    def _say(self, message: str) -> None:
+        print(f"tfdist: {message}", file=sys.stderr, flush=True)
+
+    def _set_task_states(self, outcome: Attempt) -> None:
+        if self.metrics is None or self.group is None:
+            return
+        for proc in self.group.procs:
+            code = proc.poll()
+            self.metrics.set_task_state(proc.plan.task_type, proc.plan.task_index,
+                                        ROLE_STATES.get(code, "failed"))

@@ -1,0 +1,50 @@
+"""Run as ``python -I -S orphan_watcher.py RUN_ID`` by the launcher (standard library only, so it starts in milliseconds).
+
+Reads ``group PGID`` lines from stdin. When stdin closes after a ``done`` line, the launcher cleaned up itself and
+this exits. When it closes without one, the launcher died (``kill -9``): every announced process group is killed,
+and every process whose environment carries ``TFDIST_RUN_ID=RUN_ID`` (a task's descendants that left its group).
+"""
+import os
+import signal
+import sys
+
+
+def _kill_run(run_id: str) -> None:
+    mark = f"TFDIST_RUN_ID={run_id}".encode()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if mark in handle.read().split(b"\0"):
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main() -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # only the pipe decides
+    run_id = sys.argv[1]
+    groups = set()
+    done = False
+    for line in sys.stdin:
+        words = line.split()
+        if words[:1] == ["group"] and len(words) == 2 and words[1].isdigit():
+            groups.add(int(words[1]))
+        elif words == ["done"]:
+            done = True
+    if done:
+        return 0
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    _kill_run(run_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Host-file mode: preflight every host over ssh, serve the rendezvous here, start one agent per host over ssh.
+
+ssh is the system's OpenSSH client with ``BatchMode=yes`` (never a password prompt), the user's own keys and
+``~/.ssh/config``. Every remote command is built with ``shlex.quote``: host names, paths and script arguments reach
+the remote shell as single words, whatever characters they hold. The agents' output (already prefixed
+``[node1 worker:3]``) is relayed here line by line. An agent watches its stdin: when this driver goes away, the ssh
+connection closes it and the agent stops its tasks, so an interrupted or killed driver leaves nothing running.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Sequence
+
+from tfdist.errors import UsageError
+from tfdist.launch.elastic.membership import RendezvousSettings
+from tfdist.cluster.hostfile import HostEntry
+from tfdist.launch.elastic.netaddr import resolve, route_address
+from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.status import ExitStatus
+
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5")
+# Forwarded to every host, as ssh sends no environment by default: where tfdist is imported from, TF's log level.
+FORWARDED_ENV = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
+PREFLIGHT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    hosts: tuple[HostEntry, ...]
+    slots: int  # -n, for hosts without slots=
+    target: tuple[str, ...]  # the script and its arguments, as given
+    agent_args: tuple[str, ...]  # flags passed through to every agent (timeouts, --env, ...)
+    job: str
+    min_nodes: int
+    max_nodes: int
+    settings: RendezvousSettings
+    python: str = sys.executable
+    cwd: str = ""
+
+
+def _split_target(target: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``("-m", "pkg", "a")`` -> ``(("-m",), ("pkg", "a"))``: the flag that says how to run it, and the rest."""
+    if target and target[0] in ("-m", "--no-python"):
+        return target[:1], target[1:]
+    return (), target
+
+
+def ssh_command(host: str, remote: str) -> list[str]:
+    return ["ssh", *SSH_OPTIONS, "--", host, remote]
+
+
+def _remote(spec: DriverSpec, argv: Sequence[str]) -> str:
+    """``cd CWD && env K=V ... ARGV`` for the remote shell, every word quoted."""
+    env = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k)]
+    return f"cd {shlex.quote(spec.cwd or os.getcwd())} && exec env {shlex.join([*env, *argv])}"
+
+
+# ---------------------------------------------------------------------------------------------------- preflight
+
+
+class _Session:
+    """One host's probe over ssh: its output lines, collected by a thread."""
+
+    def __init__(self, spec: DriverSpec, entry: HostEntry, rendezvous_ip: str) -> None:
+        shape, rest = _split_target(spec.target)
+        script = rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
+        remote = _remote(spec, [spec.python, "-m", "tfdist.launch.ssh.host_probe", "--mesh", rendezvous_ip, script])
+        self.entry = entry
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(ssh_command(entry.host, remote), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def answer(self, tag: str, deadline: float) -> dict | None:
+        """The JSON after ``tag``, or None once the session ended without it or the deadline passed."""
+        while True:
+            for line in list(self.lines):
+                if line.startswith(tag + " "):
+                    return json.loads(line.split(" ", 1)[1])
+            if self.proc.poll() is not None and not self._reader.is_alive() or time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+
+    def why_not(self) -> str:
+        if self.proc.poll() is None:
+            return f"no answer over ssh within {PREFLIGHT_TIMEOUT_S:g}s"
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        last = (err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1]
+        if self.proc.returncode == 255:
+            return f"unreachable over ssh: {last}"
+        return f"cannot run tfdist's probe there: {last}"
+
+    def send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
+    """Every host reachable, the same versions everywhere, the script present at the same path, and every host's
+    address (the one its agent will advertise) reachable over TCP from every other host.
+
+    Raises:
+        UsageError: one message naming every host at fault (exit 2); nothing has been started.
+    """
+    sessions = [_Session(spec, entry, rendezvous_ip) for entry in spec.hosts]
+    try:
+        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        reports = {s.entry.host: s.answer("TFDIST-PROBE", deadline) for s in sessions}
+        broken = [f"{s.entry.host}: {s.why_not()}" for s in sessions if reports[s.entry.host] is None]
+        if broken:
+            raise UsageError("preflight: " + "; ".join(broken), hint="fix ssh access (BatchMode, keys in ~/.ssh) "
+                             "and install tfdist on every host")
+        distinct = {json.dumps(r["versions"], sort_keys=True) for r in reports.values()}
+        if len(distinct) > 1:
+            listing = "; ".join(f"{host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
+                                for host, r in reports.items())
+            raise UsageError(f"preflight: versions differ between hosts: {listing}",
+                             hint="install the same Python, TensorFlow and tfdist on every host")
+        missing = [host for host, r in reports.items() if r.get("script") is False]
+        if missing:
+            raise UsageError(f"preflight: {_split_target(spec.target)[1][0]} is missing in "
+                             f"{spec.cwd or os.getcwd()} on {', '.join(missing)}",
+                             hint="copy the script to the same path on every host")
+        addresses = json.dumps([r["listen"] for r in reports.values()])
+        for session in sessions:
+            session.send(addresses)
+        deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
+        unreachable = []
+        for session in sessions:
+            mesh = session.answer("TFDIST-MESH", deadline) or {"(all)": session.why_not()}
+            origin = reports[session.entry.host]["listen"].rpartition(":")[0]
+            unreachable += [f"from {origin} to {target} ({why})" for target, why in mesh.items() if why != "ok"]
+        if unreachable:
+            raise UsageError("preflight: hosts cannot reach each other: " + "; ".join(unreachable),
+                             hint="open TCP between the hosts (firewall, routes), or fix their addresses")
+    finally:
+        for session in sessions:
+            session.close()
+
+
+# ------------------------------------------------------------------------------------------------------- the run
+
+
+def _relay(stream: IO[bytes], out: IO[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        try:
+            out.write(raw.decode("utf-8", errors="replace"))
+            out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    stream.close()
+
+
+def run(spec: DriverSpec) -> int:
+    """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status."""
+    if not spec.hosts:
+        raise UsageError("no hosts to run on")
+    first_ip = resolve(spec.hosts[0].name, "--hostfile")
+    listen = route_address(first_ip)
+    preflight(spec, listen)
+    server = RendezvousServer(spec.settings, listen, 0,
+                              say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr, flush=True)).start()
+    host, port = server.address
+    print(f"tfdist: job {spec.job}: rendezvous at {host}:{port}, {len(spec.hosts)} host(s)", file=sys.stderr,
+          flush=True)
+    agents: list[subprocess.Popen[bytes]] = []
+    relays: list[threading.Thread] = []
+    stop: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.append(signum)
+        server.interrupt(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        for rank, entry in enumerate(spec.hosts):
+            argv = [spec.python, "-m", "tfdist", "launch", "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
+                    "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", spec.job, "--node-rank", str(rank),
+                    "--node-name", entry.name, "-n", str(entry.slots or spec.slots), "--agent-watch-stdin",
+                    *spec.agent_args, *_split_target(spec.target)[0], "--", *_split_target(spec.target)[1]]
+            proc = subprocess.Popen(ssh_command(entry.host, _remote(spec, argv)), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            agents.append(proc)
+            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+                relay = threading.Thread(target=_relay, args=(stream, out), daemon=True)
+                relay.start()
+                relays.append(relay)
+        while not server.finished.wait(0.1):
+            if all(p.poll() is not None for p in agents) and not server.policy.nodes:
+                server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
+        result = server.result
+        status = result.status if result is not None else int(ExitStatus.TASK_FAILED)
+        _wait_agents(agents, spec.settings.node_timeout + 5)
+        for relay in relays:
+            relay.join(timeout=2)
+        if result is not None:
+            print(result.report, file=sys.stderr, flush=True)
+        return status
+    finally:
+        _wait_agents(agents, 0)
+        server.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _wait_agents(agents: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    """Give the agents ``seconds`` to exit; then close their stdin (they stop their tasks) and end the ssh clients."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.poll() is None for p in agents):
+        time.sleep(0.05)
+    for proc in agents:
+        if proc.poll() is None:
+            if proc.stdin is not None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(p.poll() is None for p in agents):
+        time.sleep(0.05)
+    for proc in agents:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

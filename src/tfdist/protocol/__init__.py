@@ -1,0 +1,24 @@
+"""The task protocol: what ``tfdist launch`` and a training task say to each other, shared by the launcher
+(:mod:`tfdist.launch`) and the runtime inside the task (:mod:`tfdist.runtime`).
+
+- :mod:`~tfdist.protocol.variables`: the registry of every environment variable tfdist sets or reads;
+- :mod:`~tfdist.protocol.plan`: what the launcher tells a task (:class:`Command`, :class:`TaskPlan`);
+- :mod:`~tfdist.protocol.records`: what a task tells the launcher (heartbeat and error records, imported modules).
+
+Imports nothing of tfdist but :mod:`tfdist.errors` and :mod:`tfdist.status`, and never TensorFlow. The names below
+are re-exported so callers can write ``from tfdist import protocol as P``; each is defined once, in its module.
+``python -m tfdist.protocol`` prints the README's table of variables.
+"""
+from __future__ import annotations
+
+from tfdist.protocol.plan import Command, TaskPlan  # noqa: F401 - re-exported
+from tfdist.protocol.records import (  # noqa: F401 - re-exported
+    MODULES_SUFFIX, PREEMPTED_EXIT_CODE, PROTOCOL_VERSION, ErrorRecord, HeartbeatRecord, TaskState,
+    loaded_library_modules, read_error, read_heartbeat, read_modules, write_error, write_heartbeat, write_modules,
+)
+from tfdist.protocol.variables import (  # noqa: F401 - re-exported
+    CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, FLAG_TWIN_PATTERN, HEARTBEAT_FILE, HEARTBEAT_INTERVAL, JOB_NAME,
+    LEGACY_KERAS, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, MODEL_DIR, PROTECTED, PROTOCOL, REGISTRY, RESTART_COUNT,
+    RUN_ID, TABLE_BEGIN, TABLE_END, TASK_INDEX, TASK_TYPE, TF_CONFIG, VARIABLES, WARM_PRELOAD, WARM_START, EnvVar,
+    SetBy, render_env_table, refuse_protected,
+)
