@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 
+TF_KERAS = "tf_keras"  # tf-keras' import name
+KERAS = "keras"  # Keras 3's (or an old standalone Keras 2's)
+
 
 def tf_keras_available() -> bool:
     """Whether ``import tf_keras`` would find the package (it is not imported)."""
-    return importlib.util.find_spec("tf_keras") is not None
+    return importlib.util.find_spec(TF_KERAS) is not None

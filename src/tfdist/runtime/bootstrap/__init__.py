@@ -1,0 +1,89 @@
+"""The task bootstrap: what ``tfdist launch`` runs inside each Python task before the user's own script, so that a
+plain ``tf.distribute`` script (it reads TF_CONFIG and imports nothing of tfdist) reports like one written for
+tfdist: heartbeats with step and loss, true states (training, done), its error record, and a save on SIGTERM where
+it can make one.
+
+How it gets in: the launcher puts the folder ``site/`` first on the task's PYTHONPATH and sets ``TFDIST_BOOTSTRAP=1``.
+Python imports ``site/sitecustomize.py`` at start-up, which calls :func:`activate`; the script then runs exactly as
+``python script.py`` runs it (the same ``sys.argv``, ``__main__``, ``__file__``, tracebacks and multiprocessing,
+which a ``runpy`` wrapper could not all keep). :func:`activate` removes both traces from ``os.environ`` and
+``sys.path``, so the script's own subprocesses and multiprocessing children run without it. ``--no-bootstrap``
+(``TFDIST_LAUNCH_NO_BOOTSTRAP=1``) sets neither: nothing of this package is loaded.
+
+What it watches, without costing the training steps anything measurable:
+
+- Keras ``Model.fit``/``evaluate`` (tf-keras, Keras 3, whichever the script imports): one callback is added from
+  outside (:mod:`.keras_hooks`) that counts steps in Python and converts the loss only when a heartbeat is due;
+  ``fit`` returning marks the task's training finished. A ``BackupAndRestore`` it finds also gets TensorFlow's
+  preemption handler, so that SIGTERM saves at the current step and exits 143 (as ``tfdist.runtime`` does).
+- Custom training loops: the step of the Keras optimizer the script created (its ``iterations``), read by a
+  background thread every heartbeat interval (:mod:`.loops`); it cannot see a loss there, nor a loop without a Keras
+  optimizer.
+- The error hook of :mod:`tfdist.runtime.reporting`, and the stack-dump registration of the flight recorder
+  (``tfdist.protocol.stackdump.install``) when that module exists.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# Set by the launcher in a task that runs the bootstrap (see tfdist.launch.protocol's registry).
+ENABLE_VARIABLE = "TFDIST_BOOTSTRAP"
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+
+_active: dict[str, object] = {}
+
+
+def task_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables a task needs for the bootstrap to run in it: ours first on PYTHONPATH, and the switch."""
+    current = (environ if environ is not None else os.environ).get("PYTHONPATH", "")
+    parts = [SITE_DIR, *(p for p in current.split(os.pathsep) if p and p != SITE_DIR)]
+    return {"PYTHONPATH": os.pathsep.join(parts), ENABLE_VARIABLE: "1"}
+
+
+def _forget(site_dir: str) -> None:
+    """Remove the bootstrap's traces from the environment the script and its children see."""
+    os.environ.pop(ENABLE_VARIABLE, None)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+             if p and os.path.abspath(p) != os.path.abspath(site_dir)]
+    if parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def activate(site_dir: str = SITE_DIR) -> None:
+    """Start watching this process (called once by ``sitecustomize``, or by a warm spare before it runs the
+    script). Never raises into the caller for anything the script could have done without us."""
+    _forget(site_dir)
+    if _active:
+        return
+    from tfdist.runtime.bootstrap import imports, keras_hooks
+    from tfdist.runtime.bootstrap.reporter import Reporter
+
+    reporter = Reporter()
+    _active["reporter"] = reporter
+    reporter.install()
+    imports.after_import(keras_hooks.PACKAGES, lambda module: keras_hooks.patch(module, reporter))
+    for name in keras_hooks.PACKAGES:  # already imported (a warm spare preloads them): patch now
+        if name in sys.modules:
+            keras_hooks.patch(sys.modules[name], reporter)
+    _install_stackdump()
+
+
+def _install_stackdump() -> None:
+    # HOOK for the flight recorder (issue 22): tfdist.protocol.stackdump registers faulthandler on a signal, writing
+    # into the per-task file the launcher collects. Until that module is on main there is nothing to install.
+    try:
+        from tfdist.protocol import stackdump  # type: ignore[import-not-found,attr-defined]
+    except ImportError:
+        return
+    try:
+        stackdump.install()
+    except Exception as error:  # noqa: BLE001 - a dump we cannot take must not stop the training
+        sys.stderr.write(f"tfdist: stack dumps are off in this task ({type(error).__name__}: {error})\n")
+
+
+def reporter() -> object | None:
+    """The active reporter (tests, the runtime), or None when the bootstrap does not run in this process."""
+    return _active.get("reporter")

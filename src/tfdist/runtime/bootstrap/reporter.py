@@ -1,0 +1,141 @@
+"""What the bootstrap tells the launcher, whatever it learnt it from: Keras callbacks (:mod:`.keras_hooks`), the
+step of a custom loop's optimizer (:mod:`.loops`), the script raising or returning. Imports no TensorFlow.
+
+States, as the launcher reads them from the heartbeat record: ``training`` once steps run, ``finished`` once
+``fit`` returned (and at a clean exit), so the live view shows ``done`` rather than ``exited`` and the launcher knows
+that a failure came after training ended.
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import weakref
+from types import TracebackType
+from typing import Any, Callable
+
+from tfdist.runtime.reporting import Heartbeat
+
+
+class Reporter:
+    """One per task process.
+
+    Args:
+        heartbeat: the writer; None: one for ``TFDIST_HEARTBEAT_FILE``, made at first use (a warm spare gets its
+            task's environment only after the bootstrap started).
+        read_step: how to read an optimizer's step (tests pass their own; the default reads ``iterations``).
+    """
+
+    def __init__(self, heartbeat: Heartbeat | None = None,
+                 read_step: Callable[[Any], int | None] | None = None) -> None:
+        self._heartbeat = heartbeat
+        self._read_step = read_step or optimizer_step
+        self._lock = threading.Lock()
+        self.fits = 0  # Keras fits running now: while one runs, its callback reports and the loop watcher is quiet
+        self.runtime_reports = False  # the script uses tfdist.runtime's own progress callback
+        self.failed = False
+        self.ended = False  # a fit returned and no other runs: training has finished
+        self.saves_on_stop = False  # a save handler is installed (a BackupAndRestore got the preemption handler)
+        self.progress: Any = None  # the Keras fit's tfdist.runtime.progress.Progress
+        self.step: int | None = None
+        self.loss: float | None = None
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._first_seen: int | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        if self._heartbeat is None:
+            self._heartbeat = Heartbeat()
+        return self._heartbeat
+
+    # -- the process ---------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        """Hook the script's end: an uncaught exception marks the task failed, a clean exit finished."""
+        previous = sys.excepthook
+
+        def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+            if not isinstance(exc, KeyboardInterrupt):
+                self.failed = True
+            previous(kind, exc, tb)
+
+        sys.excepthook = hook
+        atexit.register(self.at_exit)
+
+    def at_exit(self) -> None:
+        self._stop.set()
+        if not self.failed and self.heartbeat.path:
+            self.finished()
+
+    # -- Keras fit (driven by the callback in keras_hooks) -------------------------------------------------------
+    def fit_begin(self, step: int, *, steps_per_call: int = 1, total_steps: int | None = None) -> Any:
+        from tfdist.runtime.progress import Progress
+
+        with self._lock:
+            self.fits += 1
+        self.ended = False
+        self.progress = Progress(heartbeat=self.heartbeat)
+        self.progress.begin(step, steps_per_call=steps_per_call, total_steps=total_steps)
+        self.step = step
+        return self.progress
+
+    def fit_end(self) -> None:
+        progress = self.progress
+        if progress is not None:
+            self.step = progress.step
+            from tfdist.runtime.progress import as_float
+
+            self.loss = as_float(progress.loss)
+            progress.end()  # writes "finished": the watchdog stops expecting beats
+        with self._lock:
+            self.fits = max(0, self.fits - 1)
+            self.ended = self.fits == 0
+
+    def keep_alive(self) -> None:
+        """A standalone ``evaluate`` runs: the task is alive, in whatever state its training is."""
+        hb = self.heartbeat
+        if self.fits == 0 and not self.ended and self.step is not None and hb.due():
+            hb.beat(self.step)
+
+    def finished(self) -> None:
+        self.heartbeat.finished(self.step, loss=self.loss)
+
+    # -- custom loops ----------------------------------------------------------------------------------------------
+    def watch_optimizer(self, optimizer: Any) -> None:
+        """A Keras optimizer was created: a custom loop's steps show in its ``iterations``."""
+        self._optimizers.add(optimizer)
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch_loop, name="tfdist-bootstrap-steps", daemon=True)
+                self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat.min_interval if self.heartbeat.min_interval > 0 else 0.5):
+            self.poll_loop()
+
+    def poll_loop(self) -> None:
+        """One look at the optimizers' steps; beats when a step moved since the first look (a loop that has not
+        started, or a hung one, sends nothing: the hang watchdog sees the silence)."""
+        if self.fits or self.runtime_reports or not self.heartbeat.path:
+            return
+        steps = [s for s in (self._read_step(o) for o in list(self._optimizers)) if s is not None]
+        if not steps:
+            return
+        step = max(steps)
+        if self._first_seen is None:
+            self._first_seen = step
+            return
+        if step != self._first_seen and step != self.step:
+            self.step = step
+            self.heartbeat.beat(step, force=True)
+
+
+def optimizer_step(optimizer: Any) -> int | None:
+    """An optimizer's ``iterations`` (None while it has none yet, or where it cannot be read)."""
+    try:
+        iterations = optimizer.iterations
+        return int(iterations.numpy()) if iterations is not None else None
+    except Exception:  # noqa: BLE001 - a variable not created yet, a strategy that cannot read it from here
+        return None
+
