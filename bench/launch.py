@@ -4,8 +4,12 @@
     shell script that exports TF_CONFIG by hand; alternating rounds, median ratio (goal <= 1.05).
 (b) Time from SIGKILL of one worker until tfdist has torn the whole group down (goal <= 1 s), and, for comparison,
     how long the surviving worker of the hand-started pair takes to notice on its own (capped).
+(c) The task bootstrap's cost (issue 24): a plain multi-worker Keras script (bench/_plain_fit.py, tiny steps) under
+    `tfdist launch -n 2` with the bootstrap and with --no-bootstrap, alternating rounds; the script times its own
+    ``fit`` (after a warm-up fit), so imports and start-up do not blur the per-step cost; median ratio (goal: within
+    the rounds' own spread).
 
-    .venv/bin/python bench/launch.py [--rounds 5] [--epochs 2] [--steps 30]
+    .venv/bin/python bench/launch.py [--rounds 5] [--epochs 2] [--steps 30] [--only bootstrap]
 """
 from __future__ import annotations
 
@@ -127,13 +131,44 @@ def survivor_notices_raw(cap: float) -> float:
         return elapsed
 
 
+PLAIN_FIT = str(REPO / "bench" / "_plain_fit.py")
+
+
+def run_plain_fit(bootstrap: bool, steps: int) -> float:
+    """Seconds worker 0's timed ``fit`` took under ``tfdist launch -n 2`` (with or without the bootstrap)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        flags = [] if bootstrap else ["--no-bootstrap"]
+        done = subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags,
+                               "--", PLAIN_FIT, str(steps)], env=QUIET_TF, check=True, capture_output=True)
+        log = Path(tmp, "logs", "attempt-0", "worker-0.log").read_text()
+        if done.returncode or "fit_seconds=" not in log:
+            raise RuntimeError(f"the plain fit did not finish: {done.stderr[-2000:]!r}")
+        return float(log.split("fit_seconds=")[1].split()[0])
+
+
+def bootstrap_cost(rounds: int, steps: int) -> float:
+    print(f"(c) bootstrap vs --no-bootstrap, {rounds} alternating rounds, plain fit of {steps} tiny steps on 2 workers")
+    fit = alternate(rounds, [("bootstrap", lambda: run_plain_fit(True, steps)),
+                             ("no-bootstrap", lambda: run_plain_fit(False, steps))])
+    ratio = median_ratio(fit["bootstrap"], fit["no-bootstrap"])
+    spread = max(fit["no-bootstrap"]) / min(fit["no-bootstrap"])
+    print(f"    median fit: bootstrap {median(fit['bootstrap']):.3f}s, no bootstrap {median(fit['no-bootstrap']):.3f}s; "
+          f"median ratio {ratio:.3f}; --no-bootstrap's own max/min spread {spread:.3f}")
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--raw-cap", type=float, default=60.0)
+    parser.add_argument("--plain-steps", type=int, default=300, help="(c): steps of the timed plain fit")
+    parser.add_argument("--only", choices=["bootstrap"], help="run only part (c)")
     args = parser.parse_args()
+    if args.only == "bootstrap":
+        print(json.dumps({"bootstrap_ratio": bootstrap_cost(args.rounds, args.plain_steps)}))
+        return
 
     print(f"(a) end-to-end, {args.rounds} alternating rounds, digits {args.epochs}x{args.steps} steps on 2 workers")
     wall = alternate(args.rounds, [("tfdist", lambda: run_tfdist(args.epochs, args.steps)),
@@ -148,7 +183,9 @@ def main() -> None:
     raw = survivor_notices_raw(args.raw_cap)
     raw_text = f"{raw:.1f}s" if raw != float("inf") else f"not within {args.raw_cap:.0f}s"
     print(f"    raw TF, hand-started pair: the surviving worker exited by itself after {raw_text}; nothing restarts it")
-    print(json.dumps({"e2e_ratio": ratio, "teardown_median_s": median(teardown), "raw_survivor_s": raw}))
+    bootstrap_ratio = bootstrap_cost(args.rounds, args.plain_steps)
+    print(json.dumps({"e2e_ratio": ratio, "teardown_median_s": median(teardown), "raw_survivor_s": raw,
+                      "bootstrap_ratio": bootstrap_ratio}))
 
 
 if __name__ == "__main__":
