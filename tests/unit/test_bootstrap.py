@@ -11,7 +11,7 @@ import types
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tfdist.launch import protocol as P
+from tfdist import protocol as P
 from tfdist.runtime import bootstrap
 from tfdist.runtime.bootstrap import imports, keras_hooks
 from tfdist.runtime.bootstrap.reporter import Reporter

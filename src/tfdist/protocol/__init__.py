@@ -11,13 +11,13 @@ are re-exported so callers can write ``from tfdist import protocol as P``; each 
 """
 from __future__ import annotations
 
-from tfdist.protocol.plan import Command, TaskPlan  # noqa: F401 - re-exported
+from tfdist.protocol.plan import BOOTSTRAP_SITE, Command, TaskPlan, bootstrap_environment  # noqa: F401 - re-exported
 from tfdist.protocol.records import (  # noqa: F401 - re-exported
     MODULES_SUFFIX, PREEMPTED_EXIT_CODE, PROTOCOL_VERSION, ErrorRecord, HeartbeatRecord, TaskState,
     loaded_library_modules, read_error, read_heartbeat, read_modules, write_error, write_heartbeat, write_modules,
 )
 from tfdist.protocol.variables import (  # noqa: F401 - re-exported
-    CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, FLAG_TWIN_PATTERN, HEARTBEAT_FILE, HEARTBEAT_INTERVAL, JOB_NAME,
+    BOOTSTRAP, CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, FLAG_TWIN_PATTERN, HEARTBEAT_FILE, HEARTBEAT_INTERVAL, JOB_NAME,
     LEGACY_KERAS, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, MODEL_DIR, PROTECTED, PROTOCOL, REGISTRY, RESTART_COUNT,
     RUN_ID, TABLE_BEGIN, TABLE_END, TASK_INDEX, TASK_TYPE, TF_CONFIG, VARIABLES, WARM_PRELOAD, WARM_START, EnvVar,
     SetBy, render_env_table, refuse_protected,

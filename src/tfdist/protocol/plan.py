@@ -3,12 +3,13 @@ task's environment variables (named in :mod:`tfdist.protocol.variables`). Import
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from tfdist.protocol.records import PROTOCOL_VERSION
 from tfdist.protocol.variables import (
-    ERROR_FILE, HEARTBEAT_FILE, JOB_NAME, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, PROTOCOL, RESTART_COUNT, RUN_ID,
+    BOOTSTRAP, ERROR_FILE, HEARTBEAT_FILE, JOB_NAME, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, PROTOCOL, RESTART_COUNT, RUN_ID,
     TASK_INDEX, TASK_TYPE, TF_CONFIG, refuse_protected,
 )
 
@@ -41,6 +42,19 @@ class Command:
     def program(self) -> str:
         """The file exec'd: the interpreter, or the program itself."""
         return self.interpreter or self.target
+
+
+# -- the task bootstrap (tfdist.runtime.bootstrap) ----------------------------------------------------------------------
+# The folder holding the bootstrap's sitecustomize.py: first on a task's PYTHONPATH, Python runs it before the script.
+BOOTSTRAP_SITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime", "bootstrap",
+                              "site")
+
+
+def bootstrap_environment(pythonpath: str | None) -> dict[str, str]:
+    """The variables that make a Python task run the bootstrap: its folder first on ``pythonpath`` (the task's
+    PYTHONPATH otherwise, kept after it), and the switch."""
+    rest = [p for p in (pythonpath or "").split(os.pathsep) if p and p != BOOTSTRAP_SITE]
+    return {"PYTHONPATH": os.pathsep.join([BOOTSTRAP_SITE, *rest]), BOOTSTRAP: "1"}
 
 
 # -- what the launcher tells one task ---------------------------------------------------------------------------------

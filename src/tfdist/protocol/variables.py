@@ -47,6 +47,7 @@ HEARTBEAT_FILE = "TFDIST_HEARTBEAT_FILE"
 METRICS_PORT = "TFDIST_METRICS_PORT"
 METRICS_HOST = "TFDIST_METRICS_HOST"
 WARM_START = "TFDIST_WARM_START"
+BOOTSTRAP = "TFDIST_BOOTSTRAP"
 PROTOCOL = "TFDIST_PROTOCOL"
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -68,6 +69,8 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(METRICS_PORT, SetBy.LAUNCHER, "with --metrics-port: the port this task serves /metrics and /healthz on"),
     EnvVar(METRICS_HOST, SetBy.LAUNCHER, "with --metrics-port: the address those endpoints bind"),
     EnvVar(WARM_START, SetBy.LAUNCHER, "1 in a task that started from a warm spare"),
+    EnvVar(BOOTSTRAP, SetBy.LAUNCHER, "1 in a Python task the task bootstrap watches (its folder is put first on "
+           "PYTHONPATH; both are gone from the script's environment once it started; --no-bootstrap: unset)"),
     EnvVar(PROTOCOL, SetBy.LAUNCHER, "version of the heartbeat and error records the launcher reads"),
     EnvVar(LEGACY_KERAS, SetBy.LAUNCHER_DEFAULT, "1 when tf-keras is installed (Keras 3 cannot run multi-worker fit)"),
     EnvVar(CUDA_VISIBLE_DEVICES, SetBy.LAUNCHER_DEFAULT, "this task's share of the local GPUs (when GPUs are present)"),

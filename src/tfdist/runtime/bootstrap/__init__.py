@@ -27,18 +27,16 @@ from __future__ import annotations
 import os
 import sys
 
-# Set by the launcher in a task that runs the bootstrap (see tfdist.launch.protocol's registry).
-ENABLE_VARIABLE = "TFDIST_BOOTSTRAP"
-SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+from tfdist.protocol.plan import BOOTSTRAP_SITE as SITE_DIR
+from tfdist.protocol.plan import bootstrap_environment
+from tfdist.protocol.variables import BOOTSTRAP as ENABLE_VARIABLE
 
 _active: dict[str, object] = {}
 
 
 def task_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables a task needs for the bootstrap to run in it: ours first on PYTHONPATH, and the switch."""
-    current = (environ if environ is not None else os.environ).get("PYTHONPATH", "")
-    parts = [SITE_DIR, *(p for p in current.split(os.pathsep) if p and p != SITE_DIR)]
-    return {"PYTHONPATH": os.pathsep.join(parts), ENABLE_VARIABLE: "1"}
+    """The variables a task needs for the bootstrap to run in it (see :func:`tfdist.protocol.bootstrap_environment`)."""
+    return bootstrap_environment((environ if environ is not None else os.environ).get("PYTHONPATH"))
 
 
 def _forget(site_dir: str) -> None:
