@@ -1,0 +1,360 @@
+"""The etcd rendezvous' view of etcd: settings, signed records, and a thin, bounded client.
+
+Client library: ``etcd-sdk-python`` (import name ``pyetcd``), a maintained fork of python-etcd3: synchronous, as the
+agent's threads are; speaks etcd's v3 gRPC API (3.4 and later) with leases, transactions, watches, TLS and user
+authentication, and fails over between the endpoints it is given. (``etcd3`` has had no release since 2020 and breaks
+with current protobuf; ``aetcd`` and the Rust binding ``etcd-client-py`` are asyncio-only.) Every call here has a
+deadline, and every failure is one of two exceptions: :class:`EtcdUnavailable` (retry elsewhere or later) and
+:class:`EtcdRefused` (credentials or certificates are wrong: retrying cannot help).
+
+Job secret: etcd serves whoever may read and write the job's keys, so authenticity is end to end: every record is
+``{"body": ..., "mac": HMAC-SHA256(secret, key NUL body)}`` and a reader drops any record whose MAC does not verify
+(the bad writer is dropped, never the job). The MAC covers the key, so a record cannot be replayed under another key.
+Without a secret records are unsigned (etcd's own user authentication is then the only guard).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tfdist.cluster.address import parse_address
+from tfdist.errors import UsageError
+
+DEFAULT_PORT = 2379
+WATCH_RETRY = 0.2
+
+
+class EtcdUnavailable(Exception):
+    """etcd did not answer in time (or no member is reachable): a retry may work."""
+
+
+class EtcdRefused(Exception):
+    """etcd refused us (user, password or certificates): a retry will not help."""
+
+
+@dataclass(frozen=True)
+class EtcdConf:
+    """Where etcd is and how to talk to it (``--rdzv-endpoint`` and ``--rdzv-conf key=value``)."""
+
+    endpoints: tuple[tuple[str, int], ...]
+    prefix: str = "/tfdist"
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 5.0
+
+    @property
+    def where(self) -> str:
+        return ",".join(f"{host}:{port}" for host, port in self.endpoints)
+
+
+CONF_KEYS = {
+    "cacert": "CA certificate (PEM) that signed the etcd members' certificates: turns TLS on",
+    "cert": "client certificate (PEM), with key=, for etcd's client-certificate authentication",
+    "key": "client private key (PEM) for cert=",
+    "user": "etcd user name (the password from password_file= or TFDIST_RDZV_ETCD_PASSWORD)",
+    "password_file": "file holding the etcd user's password (one line)",
+    "prefix": "key prefix of every tfdist job in this etcd (default /tfdist)",
+    "timeout": "seconds one etcd request may take (default: the smaller of 5 and a third of --node-timeout)",
+}
+
+
+def parse_endpoints(text: str) -> tuple[tuple[str, int], ...]:
+    """``host[:port][,host[:port]...]`` -> endpoints (port 2379 by default). Raises UsageError naming the fix."""
+    found = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise UsageError(f"--rdzv-endpoint {text!r} has an empty member: give HOST:PORT[,HOST:PORT...]")
+        has_port = part.rsplit(":", 1)[-1].isdigit() and (part.count(":") == 1 or part.startswith("["))
+        found.append(parse_address(part if has_port else f"{part}:{DEFAULT_PORT}", "--rdzv-endpoint"))
+    return tuple(found)
+
+
+def parse_conf(endpoints: str, pairs: tuple[str, ...], node_timeout: float, env: dict[str, str]) -> EtcdConf:
+    """RendezvousSettings from the flags. Raises UsageError with one line naming the flag and the fix."""
+    values: dict[str, str] = {}
+    for pair in (p for raw in pairs for p in raw.split(",") if p.strip()):
+        name, sep, value = pair.partition("=")
+        name = name.strip()
+        if not sep or name not in CONF_KEYS:
+            raise UsageError(f"--rdzv-conf {pair!r}: expected KEY=VALUE with KEY one of {', '.join(CONF_KEYS)}")
+        values[name] = value.strip()
+    password = env.get("TFDIST_RDZV_ETCD_PASSWORD")
+    if "password_file" in values:
+        try:
+            with open(values["password_file"], encoding="utf-8") as handle:
+                password = handle.readline().rstrip("\r\n")
+        except OSError as bad:
+            raise UsageError(f"--rdzv-conf password_file={values['password_file']}: {bad.strerror}") from None
+    if password is not None and "user" not in values:
+        raise UsageError("an etcd password was given without --rdzv-conf user=NAME")
+    if "user" in values and password is None:
+        raise UsageError("--rdzv-conf user= needs a password: password_file=PATH or TFDIST_RDZV_ETCD_PASSWORD")
+    if ("cert" in values) != ("key" in values):
+        raise UsageError("--rdzv-conf cert= and key= go together (the client certificate and its private key)")
+    if "cert" in values and "cacert" not in values:
+        raise UsageError("--rdzv-conf cert= needs cacert= (client certificates are only sent over TLS)")
+    for name in ("cacert", "cert", "key"):
+        if name in values:
+            try:
+                open(values[name], "rb").close()  # noqa: SIM115 - only checks that it can be read
+            except OSError as bad:
+                raise UsageError(f"--rdzv-conf {name}={values[name]}: {bad.strerror}") from None
+    prefix = "/" + values.get("prefix", "/tfdist").strip("/")
+    try:
+        # Three tries fit in one node timeout: a member that went away costs one timeout, then the next is asked.
+        timeout = float(values.get("timeout", min(5.0, node_timeout / 3)))
+    except ValueError:
+        raise UsageError(f"--rdzv-conf timeout={values['timeout']!r} is not a number of seconds") from None
+    return EtcdConf(endpoints=parse_endpoints(endpoints), prefix=prefix, cacert=values.get("cacert"),
+                    cert=values.get("cert"), key=values.get("key"), user=values.get("user"), password=password,
+                    timeout=max(0.3, timeout))
+
+
+# -- signed records --------------------------------------------------------------------------------------------------
+def seal(secret: bytes | None, key: str, body: dict[str, Any]) -> bytes:
+    text = json.dumps(body, separators=(",", ":"), sort_keys=True)
+    record: dict[str, Any] = {"body": text}
+    if secret:
+        record["mac"] = hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def unseal(secret: bytes | None, key: str, raw: bytes) -> dict[str, Any] | None:
+    """The record's body, or None when it is not a record of ours or does not prove the job secret."""
+    try:
+        record = json.loads(raw)
+        text = record["body"]
+        if secret:
+            expected = hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
+            if not hmac.compare_digest(expected, str(record.get("mac", ""))):
+                return None
+        body = json.loads(text)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+    deleted: bool = False
+
+
+# -- the client ------------------------------------------------------------------------------------------------------
+class EtcdStore:
+    """A connection to the etcd cluster. Thread-safe: the library's stubs are, and the endpoint switch is locked."""
+
+    def __init__(self, conf: EtcdConf) -> None:
+        self.conf = conf
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def connect(self) -> None:
+        """Open the client (and log in). Raises EtcdUnavailable, EtcdRefused."""
+        import grpc
+        import pyetcd
+
+        conf = self.conf
+        creds = None
+        if conf.cacert:
+            read = lambda path: open(path, "rb").read() if path else None  # noqa: E731, SIM115
+            creds = grpc.ssl_channel_credentials(read(conf.cacert), read(conf.key), read(conf.cert))
+        options = [("grpc.keepalive_time_ms", 2000), ("grpc.keepalive_timeout_ms", 2000),
+                   ("grpc.keepalive_permit_without_calls", 1), ("grpc.max_receive_message_length", 8 << 20)]
+        endpoints = [pyetcd.Endpoint(host, port, secure=creds is not None, creds=creds, time_retry=1.0,
+                                     opts=options) for host, port in conf.endpoints]
+        try:
+            client = pyetcd.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=conf.timeout, user=conf.user,
+                                                     password=conf.password, failover=True)
+        except Exception as bad:  # noqa: BLE001 - the library raises grpc errors and its own, sorted below
+            for endpoint in endpoints:
+                endpoint.close()
+            raise _sorted(bad) from None
+        # Watches on a member cut off from its cluster's leader are cancelled rather than left silent.
+        client.metadata = tuple(client.metadata or ()) + (("hasleader", "true"),)
+        self._client = client
+        self.call(lambda c: c.status())
+
+    def call(self, operation: Callable[[Any], Any], attempts: int = 0) -> Any:
+        """Run ``operation(client)``, failing over to the next member on an error, at most once per member."""
+        tries = attempts or len(self.conf.endpoints)
+        last: Exception | None = None
+        for _ in range(tries):
+            if self._closed or self._client is None:
+                raise EtcdUnavailable("the etcd connection is closed")
+            try:
+                return operation(self._client)
+            except Exception as bad:  # noqa: BLE001
+                last = _sorted(bad)
+                if isinstance(last, EtcdRefused):
+                    raise last from None
+        raise last or EtcdUnavailable("no etcd member answered")
+
+    # -- keys ----------------------------------------------------------------------------------------------------
+    def get_prefix(self, prefix: str) -> tuple[int, list[Entry]]:
+        """(revision of the read, entries under ``prefix`` in key order)."""
+        response = self.call(lambda c: c.get_prefix_response(prefix))
+        return response.header.revision, [_entry(kv) for kv in response.kvs]
+
+    def get(self, key: str) -> Entry | None:
+        response = self.call(lambda c: c.get_response(key))
+        return _entry(response.kvs[0]) if response.kvs else None
+
+    def put(self, key: str, value: bytes, lease: int | None = None) -> int:
+        """Write; returns the revision of the write."""
+        return int(self.call(lambda c: c.put(key, value, lease=lease)).header.revision)
+
+    def delete_prefix(self, prefix: str) -> None:
+        self.call(lambda c: c.delete_prefix(prefix))
+
+    def create(self, key: str, value: bytes, lease: int | None = None) -> int | None:
+        """Write ``key`` only when it does not exist; the write's revision, or None when it existed."""
+        def attempt(client: Any) -> Any:
+            return client.transaction(compare=[client.transactions.create(key) == 0],
+                                      success=[client.transactions.put(key, value, lease=lease)], failure=[])
+        succeeded, responses = self.call(attempt)
+        return int(responses[0].response_put.header.revision) if succeeded else None
+
+    def txn_if_created_at(self, guard: str, revision: int, puts: list[tuple[str, bytes, int | None]],
+                          deletes: tuple[str, ...] = ()) -> bool:
+        """All ``puts`` (and prefix ``deletes``) at once, only while ``guard`` still is the key created at
+        ``revision`` (the coordinator's claim: a former coordinator's writes fail)."""
+        def attempt(client: Any) -> Any:
+            t = client.transactions
+            ops = [t.put(k, v, lease=lease) for k, v, lease in puts]
+            import pyetcd.utils as utils
+
+            ops += [t.delete(p, range_end=utils.prefix_range_end(utils.to_bytes(p))) for p in deletes]
+            return client.transaction(compare=[t.create(guard) == revision], success=ops, failure=[])
+        succeeded, _ = self.call(attempt)
+        return bool(succeeded)
+
+    # -- leases --------------------------------------------------------------------------------------------------
+    def grant(self, ttl: float) -> int:
+        return int(self.call(lambda c: c.lease(max(1, int(round(ttl))))).id)
+
+    def keepalive(self, lease: int) -> int:
+        """Refresh ``lease``; its remaining TTL in seconds (<= 0: it expired)."""
+        answers = self.call(lambda c: list(c.refresh_lease(lease)))
+        return int(answers[0].TTL) if answers else 0
+
+    def revoke(self, lease: int) -> None:
+        self.call(lambda c: c.revoke_lease(lease), attempts=1)
+
+    # -- watches -------------------------------------------------------------------------------------------------
+    def watch(self, prefix: str, start_revision: int, on_entries: Callable[[list[Entry]], None],
+              on_gap: Callable[[str], None]) -> "Watch":
+        """Call ``on_entries`` with every change under ``prefix`` from ``start_revision`` on, in order; the watch
+        is re-made on another member (from the next revision) when its member goes away. ``on_gap`` is called
+        when changes were lost (compacted history): the caller re-reads."""
+        return Watch(self, prefix, start_revision, on_entries, on_gap).start()
+
+    def close(self) -> None:
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing a broken channel may raise; nothing to do about it
+                pass
+
+
+class Watch:
+    def __init__(self, store: EtcdStore, prefix: str, start: int, on_entries: Callable[[list[Entry]], None],
+                 on_gap: Callable[[str], None]) -> None:
+        self.store, self.prefix, self.next_revision = store, prefix, start
+        self.on_entries, self.on_gap = on_entries, on_gap
+        self._id: Any = None
+        self._stopped = threading.Event()
+        self._generation = 0
+
+    def start(self) -> "Watch":
+        threading.Thread(target=self._establish, args=(self._generation,), daemon=True, name="etcd-watch").start()
+        return self
+
+    def _establish(self, generation: int) -> None:
+        while not self._stopped.is_set() and generation == self._generation:
+            try:
+                self._id = self.store.call(lambda c: c.add_watch_prefix_callback(
+                    self.prefix, lambda r, g=generation: self._on_response(r, g),
+                    start_revision=self.next_revision, prev_kv=False), attempts=1)
+                return
+            except EtcdUnavailable:
+                _fail_current(self.store)
+            except Exception as bad:  # noqa: BLE001 - compacted, or the library's own
+                if type(bad).__name__ == "RevisionCompactedError":
+                    self.on_gap(f"etcd compacted the history of {self.prefix}")
+                    return
+            self._stopped.wait(WATCH_RETRY)
+
+    def _on_response(self, response: Any, generation: int) -> None:
+        if self._stopped.is_set() or generation != self._generation:
+            return
+        if isinstance(response, Exception):
+            if type(response).__name__ == "RevisionCompactedError":
+                self.on_gap(f"etcd compacted the history of {self.prefix}")
+                return
+            _fail_current(self.store)
+            self._generation += 1
+            threading.Thread(target=self._establish, args=(self._generation,), daemon=True,
+                             name="etcd-rewatch").start()
+            return
+        entries = [_entry(event, deleted=type(event).__name__ == "DeleteEvent") for event in response.events]
+        if entries:
+            self.next_revision = entries[-1].mod_revision + 1
+            self.on_entries(entries)
+
+    def cancel(self) -> None:
+        self._stopped.set()
+        if self._id is not None:
+            try:
+                self.store.call(lambda c: c.cancel_watch(self._id), attempts=1)
+            except (EtcdUnavailable, EtcdRefused):
+                pass
+
+
+def _fail_current(store: EtcdStore) -> None:
+    client = store._client
+    if client is not None:
+        try:
+            client.endpoint_in_use.fail()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _entry(kv: Any, deleted: bool = False) -> Entry:
+    key = kv.key.decode() if isinstance(kv.key, bytes) else str(kv.key)
+    return Entry(key, bytes(kv.value), int(kv.create_revision), int(kv.mod_revision), int(kv.lease), deleted)
+
+
+def _sorted(bad: Exception) -> Exception:
+    """Library and gRPC errors -> EtcdUnavailable (retry) or EtcdRefused (do not)."""
+    import grpc
+
+    code = bad.code() if isinstance(bad, grpc.RpcError) and hasattr(bad, "code") else None
+    detail = bad.details() if isinstance(bad, grpc.RpcError) and hasattr(bad, "details") else str(bad)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
+            code is grpc.StatusCode.INVALID_ARGUMENT and "auth" in str(detail)) or (
+            code is grpc.StatusCode.FAILED_PRECONDITION and "auth" in str(detail)):
+        return EtcdRefused(f"etcd refused the request: {detail}")
+    name = type(bad).__name__
+    if name in ("ConnectionFailedError", "ConnectionTimeoutError", "NoServerAvailableError"):
+        return EtcdUnavailable(f"etcd did not answer ({name})")
+    return EtcdUnavailable(f"etcd request failed: {detail or name}")
+
+
+def deadline_reached(deadline: float) -> bool:
+    return time.monotonic() >= deadline

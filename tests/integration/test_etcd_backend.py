@@ -1,0 +1,195 @@
+"""The etcd rendezvous backend against one real etcd member on loopback, without TensorFlow: agents are threads
+that drive ``EtcdLink`` the way the agent does (join, ready, training, exited) and record what they are told."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.integration.etcd_cluster import LocalEtcd, why_no_etcd
+
+pytestmark = [pytest.mark.skipif(why_no_etcd() is not None, reason=str(why_no_etcd()))]
+
+SECRET = b"job-secret-for-tests"
+
+
+@pytest.fixture()
+def etcd():
+    with LocalEtcd() as member:
+        yield member
+
+
+def settings(job: str, low: int, high: int, **extra: Any):
+    from tfdist.launch.elastic.membership_types import RendezvousSettings as Settings
+
+    return Settings(job=job, min_nodes=low, max_nodes=high, node_timeout=2.0, first_round_wait=0.3,
+                    stop_timeout=5.0, **extra)
+
+
+@dataclass
+class FakeAgent:
+    """One machine: joins, says ready, trains each round for ``steps`` ticks (or until stopped), reports."""
+
+    etcd: LocalEtcd
+    job_settings: Any
+    index: int
+    secret: bytes | None = SECRET
+    succeed_after: float | None = None  # seconds into a round after which this machine's workers succeed
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    result: "queue.Queue[Any]" = field(default_factory=queue.Queue)
+    link: Any = None
+
+    def start(self) -> "FakeAgent":
+        from tfdist.launch.elastic.etcd_link import EtcdLink
+        from tfdist.launch.elastic.etcd_store import parse_conf
+
+        conf = parse_conf(self.etcd.endpoint, (), self.job_settings.node_timeout, {})
+        self.link = EtcdLink(conf, self.job_settings, secret=self.secret, say=self.said.append)
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result.put(self._serve())
+        except Exception as bad:  # noqa: BLE001 - handed to the test
+            self.result.put(bad)
+
+    def _serve(self) -> Any:
+        link = self.link
+        link.connect(dict(job=self.job_settings.job, name=f"m{self.index}", node_rank=self.index,
+                          address=f"127.0.0.{self.index + 1}", slots=1, versions={}), time.monotonic() + 20,
+                     lambda: False)
+        link.send("ready", ports=[20000 + self.index], backup=None)
+        round_started: float | None = None
+        current = -1
+        while True:
+            message = link.next_message(0.05)
+            if message is not None:
+                self.messages.append(message)
+                if message["type"] == "round":
+                    current, round_started = int(message["round"]), time.monotonic()
+                    link.send("training", round=current)
+                elif message["type"] == "stop":
+                    if round_started is not None:
+                        link.send("exited", round=current, outcome="stopped", step=1, detail="stopped")
+                    round_started = None
+                    link.send("ready", ports=[20000 + self.index], backup=None)
+                elif message["type"] == "finish":
+                    link.close()
+                    return message
+            if round_started is not None and self.succeed_after is not None and \
+                    time.monotonic() - round_started > self.succeed_after:
+                link.send("exited", round=current, outcome="succeeded", step=10, detail="")
+                round_started = None
+
+    def rounds(self) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["type"] == "round"]
+
+    def wait_round(self, number: int, timeout: float = 20) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [m for m in self.rounds() if m["round"] == number]
+            if found:
+                return found[0]
+            time.sleep(0.05)
+        raise AssertionError(f"machine {self.index} never got round {number}: {self.messages} {self.said}")
+
+    def outcome(self, timeout: float = 30) -> Any:
+        return self.result.get(timeout=timeout)
+
+
+def test_two_machines_form_one_round_ranked_by_node_rank_and_finish(etcd):
+    job = settings("two", 2, 2)
+    agents = [FakeAgent(etcd, job, i, succeed_after=0.3).start() for i in (1, 0)]
+    finishes = [a.outcome() for a in agents]
+    assert [f["status"] for f in finishes] == [0, 0], finishes
+    first = {a.index: a.rounds()[0] for a in agents}
+    assert first[0]["node_rank"] == 0 and first[1]["node_rank"] == 1
+    assert first[0]["workers"] == ["127.0.0.1:20000", "127.0.0.2:20001"] == first[1]["workers"]
+    assert first[1]["first_index"] == 1 and first[0]["world_size"] == 2
+    # Exactly one machine coordinated, and its agent is the one told to print the job's report.
+    assert sum(bool(f.get("print_report")) for f in finishes) == 1
+    assert "succeeded" in finishes[0]["report"]
+    # Late machines are told the job is over (for the finish record's lease).
+    from tfdist.launch.elastic.client import Refused
+
+    late = FakeAgent(etcd, job, 2).start()
+    refused = late.outcome()
+    assert isinstance(refused, Refused) and "the job is over" in refused.reason
+
+
+def test_a_lost_machine_stops_the_round_and_the_next_runs_on_the_others(etcd):
+    job = settings("loss", 1, 3)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(3)]
+    for a in agents:
+        assert a.wait_round(0)["world_size"] == 3
+    victim = next(a for a in agents if not a.link.coordinating)
+    victim.link._closed.set()  # its lease is no longer kept alive: etcd drops it after the TTL
+    survivors = [a for a in agents if a is not victim]
+    for a in survivors:
+        assert a.wait_round(1)["world_size"] == 2
+        assert any(m["type"] == "stop" and m["round"] == 0 and not m["graceful"] for m in a.messages)
+    for a in survivors:
+        a.succeed_after = 0.1
+    reports = [a.outcome()["report"] for a in survivors]
+    assert all("lost machines: " in r for r in reports), reports
+
+
+def test_the_coordinators_machine_lost_another_takes_over_with_the_same_round_numbers(etcd):
+    job = settings("takeover", 1, 3)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(3)]
+    for a in agents:
+        a.wait_round(0)
+    boss = next(a for a in agents if a.link.coordinating)
+    boss.link._closed.set()  # stops its coordinator and its lease refreshes: the whole machine is gone
+    rest = [a for a in agents if a is not boss]
+    for a in rest:
+        assert a.wait_round(1)["world_size"] == 2
+    assert sum(a.link.coordinating for a in rest) == 1
+    for a in rest:
+        a.succeed_after = 0.1
+    report = next(f for f in (a.outcome() for a in rest) if f.get("print_report"))["report"]
+    assert "rounds: 2" in report and f"m{boss.index}" in report
+
+
+def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped_not_the_job(etcd):
+    from tfdist.launch.elastic.client import Refused
+
+    job = settings("forged", 2, 3)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    stranger = FakeAgent(etcd, job, 2, secret=b"another secret").start()
+    refused = stranger.outcome()
+    assert isinstance(refused, Refused) and "another job secret" in refused.reason
+    forged = '{"body": "{\\"address\\":\\"127.0.0.9\\",\\"slots\\":1}", "mac": "00"}'
+    assert etcd.etcdctl("put", "/tfdist/forged/nodes/00000000000000ff", forged).returncode == 0
+    deadline = time.monotonic() + 10
+    while not any("does not prove the job secret" in line for a in agents for line in a.said):
+        assert time.monotonic() < deadline, [a.said for a in agents]
+        time.sleep(0.05)
+    for a in agents:
+        a.succeed_after = 0.1
+    finishes = [a.outcome() for a in agents]
+    assert [f["status"] for f in finishes] == [0, 0]
+    assert all(r["world_size"] == 2 for a in agents for r in a.rounds())
+
+
+def test_etcd_silent_longer_than_the_node_timeout_is_a_graceful_loss(etcd):
+    job = settings("silent", 1, 1)
+    agent = FakeAgent(etcd, job, 0).start()
+    agent.wait_round(0)
+    etcd.pause()
+    try:
+        lost = agent.outcome(timeout=30)
+    finally:
+        etcd.resume()
+    from tfdist.launch.elastic.client import Lost
+
+    assert isinstance(lost, Lost) and lost.graceful, lost
+    assert "did not answer" in str(lost)
