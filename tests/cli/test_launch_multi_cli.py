@@ -46,6 +46,13 @@ def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):
     (["--hostfile", "/nonexistent/hosts"], "--hostfile /nonexistent/hosts: cannot read it"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--node-address", "127.0.0.1"],
      "--node-address 127.0.0.1 cannot be reached from other machines"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-conf", "user=a"], "--rdzv-conf is for --rdzv-backend etcd"),
+    (["--hosts", "a,b", "--rdzv-backend", "etcd"], "--rdzv-backend etcd runs with --nnodes/--rdzv-endpoint"),
+    (["--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "e1:2379,,e2"], "has an empty member"),
+    (["--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "e1", "--rdzv-conf", "colour=red"],
+     "--rdzv-conf 'colour=red'"),
+    (["--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", "e1", "--rdzv-conf", "cacert=/nonexistent/ca"],
+     "--rdzv-conf cacert=/nonexistent/ca"),
 ])
 def test_bad_multi_machine_flags_are_one_line(capsys, argv, needle):
     assert main(["launch", *argv, "--", FAKE, "x"]) == 2

@@ -16,6 +16,7 @@ from tfdist.cli.common import PathText, option
 from tfdist.errors import UsageError
 
 MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes", "rdzv_endpoint", "rdzv_id",
+               "rdzv_backend", "rdzv_conf",
                "node_rank", "node_address", "node_name", "node_timeout", "rdzv_timeout", "rdzv_last_call",
                "checkpoint_dir", "agent_watch_stdin")
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
@@ -33,6 +34,11 @@ _OPTIONS = [
     option("--nnodes", help="Machines in the job: N, or MIN:MAX for an elastic job (same on every machine)."),
     option("--rdzv-endpoint", help="HOST[:PORT] of the rendezvous; the machine that owns HOST serves it "
            f"(default port {DEFAULT_RDZV_PORT})."),
+    option("--rdzv-backend", type=click.Choice(["tfdist", "etcd"]), default="tfdist", show_default=True,
+           help="tfdist: the built-in rendezvous, served by the machine that owns --rdzv-endpoint; etcd: an etcd v3 "
+           "cluster (--rdzv-endpoint host:port[,host:port...]), no single machine the job depends on."),
+    option("--rdzv-conf", multiple=True, metavar="KEY=VALUE", help="etcd backend settings: cacert=, cert=, key= "
+           "(TLS), user= with password_file= (etcd user auth), prefix=, timeout=. Repeat, or comma-separate."),
     option("--rdzv-id", help="Job id, the same on every machine (refused otherwise)."),
     option("--node-rank", type=click.IntRange(0, 9999), help="This machine's rank (0 holds worker 0, the chief); "
            "default: order of arrival."),
@@ -107,13 +113,28 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                          hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
     if multi["hostfile"] and multi["hosts"]:
         raise UsageError("give --hostfile or --hosts, not both")
+    if hostfile_mode and multi.get("rdzv_backend") == "etcd":
+        raise UsageError("--rdzv-backend etcd runs with --nnodes/--rdzv-endpoint (the same command on every machine)",
+                         hint="host-file jobs use the built-in rendezvous of the machine that starts them")
     passthrough = _agent_args(multi, flags, raw_env)
     if hostfile_mode:
         return _run_hostfile(multi, flags, target, passthrough)
     if not multi["rdzv_endpoint"]:
         raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT", hint="the same endpoint on every machine")
     low, high = parse_nnodes(multi["nnodes"] or "1")
-    host, port = parse_endpoint(multi["rdzv_endpoint"])
+    etcd = None
+    if multi.get("rdzv_backend") == "etcd":
+        import os
+
+        from tfdist.launch.elastic.etcd_store import parse_conf
+
+        etcd = parse_conf(multi["rdzv_endpoint"], tuple(multi.get("rdzv_conf") or ()), multi["node_timeout"],
+                          dict(os.environ))
+        host, port = etcd.endpoints[0]
+    else:
+        if multi.get("rdzv_conf"):
+            raise UsageError("--rdzv-conf is for --rdzv-backend etcd", hint="add --rdzv-backend etcd, or drop it")
+        host, port = parse_endpoint(multi["rdzv_endpoint"])
     from tfdist.launch.elastic.agent import Agent, AgentSpec
     from tfdist.launch.ssh.host_probe import versions
 
@@ -126,7 +147,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                      warm_spares=bool(flags["warm_spares"]) and (flags["max_restarts"] > 0 or low < high),
                      max_restarts=flags["max_restarts"], env=env, log_dir=flags["log_dir"],
                      legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
-                     watch_stdin=multi["agent_watch_stdin"], versions=versions())
+                     watch_stdin=multi["agent_watch_stdin"], versions=versions(), etcd=etcd)
     if multi["node_address"] is not None:
         from tfdist.launch.elastic.netaddr import is_unroutable
 

@@ -24,6 +24,7 @@ from tfdist.launch.elastic.node_group import NodeGroup
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports
 from tfdist.protocol import Command
+from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
 from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.elastic.backup_copy import BackupStore
@@ -61,6 +62,7 @@ class AgentSpec:
     watch_stdin: bool = False
     versions: dict[str, str] = field(default_factory=dict)
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
+    etcd: Any = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
 
 
 class Agent:
@@ -70,7 +72,7 @@ class Agent:
         self.group: NodeGroup | None = None
         self.round = -1
         self.node_rank = -1
-        self.link: RendezvousLink | None = None  # type: ignore[assignment]
+        self.link: RendezvousBackend | None = None  # type: ignore[assignment]
         self._signal: int | None = None
         self.address = ""
         self._deferred: dict[str, Any] | None = None
@@ -86,13 +88,24 @@ class Agent:
     def _address(self, rdzv_ip: str) -> str:
         return self.spec.node_address or route_address(rdzv_ip)
 
+    def _settings(self) -> RendezvousSettings:
+        return RendezvousSettings(job=self.spec.job, min_nodes=self.spec.min_nodes, max_nodes=self.spec.max_nodes,
+                                  node_timeout=self.spec.node_timeout, rdzv_timeout=self.spec.rdzv_timeout,
+                                  first_round_wait=self.spec.first_round_wait, max_restarts=self.spec.max_restarts,
+                                  stop_timeout=self.spec.grace_period + self.spec.node_timeout + 5)
+
+    def _open_link(self, rdzv_ip: str) -> RendezvousBackend:
+        if self.spec.etcd is not None:
+            from tfdist.launch.elastic.etcd_link import EtcdLink
+
+            return EtcdLink(self.spec.etcd, self._settings(), watch_stdin=self.spec.watch_stdin, say=self.say)
+        return RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port, self.spec.node_timeout,
+                              watch_stdin=self.spec.watch_stdin)
+
     def _maybe_serve(self, rdzv_ip: str) -> None:
-        if not self.spec.serve or not is_local(rdzv_ip):
+        if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):
             return
-        settings = RendezvousSettings(job=self.spec.job, min_nodes=self.spec.min_nodes, max_nodes=self.spec.max_nodes,
-                            node_timeout=self.spec.node_timeout, rdzv_timeout=self.spec.rdzv_timeout,
-                            first_round_wait=self.spec.first_round_wait, max_restarts=self.spec.max_restarts,
-                            stop_timeout=self.spec.grace_period + self.spec.node_timeout + 5)
+        settings = self._settings()
         try:
             self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port,
                                            say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr,
@@ -146,8 +159,7 @@ class Agent:
         join = dict(job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
                     address=address, slots=self.spec.slots, versions=self.spec.versions)
         while True:
-            self.link = RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port,
-                                       self.spec.node_timeout, watch_stdin=self.spec.watch_stdin)
+            self.link = self._open_link(rdzv_ip)
             try:
                 self.link.connect(join, deadline, give_up=lambda: self._signal is not None)
             except Refused as refused:
@@ -156,14 +168,14 @@ class Agent:
             except TimeoutError as late:
                 self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
                 return int(ExitStatus.TASK_FAILED)
-            self.say(f"joined job {self.spec.job} at {self.spec.endpoint_host}:{self.spec.endpoint_port} "
-                     f"as {address} with {self.spec.slots} worker(s)")
+            self.say(f"joined job {self.spec.job} at {self.link.where} as {address} with {self.spec.slots} worker(s)")
             self._ready(address)
             try:
                 return self._serve_rounds(address)
             except Lost as lost:
                 if self.group is not None:
-                    self.group.stop(graceful=False)
+                    # Graceful when the rendezvous itself went away (etcd): the peers can still save together.
+                    self.group.stop(graceful=bool(getattr(lost, "graceful", False)))
                     self.group = None
                 self._discard_spares()  # cut off: nothing runs here until this machine is taken in again
                 self.link.close()
@@ -185,8 +197,8 @@ class Agent:
                     self._stop_round(message, address)
                 elif kind == "finish":
                     return self._finish(message)
-                elif kind == "send" and self.backups is not None and self.link.channel is not None:
-                    self.backups.upload(self.link.channel, message)
+                elif kind == "send" and self.backups is not None:
+                    self.link.upload(message, self.backups)
             if self._signal is not None and not stopped_by_signal and self.server is None:
                 stopped_by_signal = True
                 self._leave_on_signal()
@@ -275,7 +287,7 @@ class Agent:
         if self.group is not None:
             self.group.stop(graceful=False)
             self.group = None
-        if self.server is not None or status != 0:
+        if self.server is not None or status != 0 or message.get("print_report"):
             print(message.get("report", ""), file=sys.stderr, flush=True)
         self.say(f"job over, exit status {status}")
         return status

@@ -21,6 +21,8 @@ from tfdist.status import ExitStatus
 class Lost(Exception):
     """The rendezvous is gone (closed connection, or no keep-alive for node_timeout)."""
 
+    graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
+
 
 class Refused(Exception):
     """The rendezvous (or whatever answered) will not have this agent; ``status`` is the agent's exit status."""
@@ -110,6 +112,10 @@ class RendezvousLink:
     def send(self, kind: str, **fields: Any) -> None:
         if self.channel is not None:
             self.channel.send(kind, **fields)
+
+    def upload(self, request: dict[str, Any], store: Any) -> None:
+        if self.channel is not None:
+            store.upload(self.channel, request)
 
     def close(self) -> None:
         if self.channel is not None:
