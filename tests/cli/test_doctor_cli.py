@@ -24,7 +24,7 @@ def test_json_document(capsys: pytest.CaptureFixture[str]) -> None:
     assert (rc == 1) == any(f["severity"] == "error" for f in document["findings"])
     for finding in document["findings"]:
         assert set(finding) == {"id", "severity", "title", "evidence", "fix", "alternatives", "detail"}
-    assert set(document["facts"]) == {"system", "driver", "libraries", "tensorflow", "conda"}
+    assert set(document["facts"]) == {"system", "driver", "libraries", "tensorflow", "conda", "xla"}
     rec = document["recommendation"]
     assert rec["version"] is None or rec["command"].startswith("pip install ")
 

@@ -83,7 +83,7 @@ _CU12 = {
     "nvjitlink": ["libnvJitLink.so.12"],
     "cudnn": ["libcudnn.so.9"],
     "nccl": ["libnccl.so.2"],
-    "cuda_nvcc": ["ptxas"],
+    "cuda_nvcc": ["ptxas", "nvvm/libdevice/libdevice.10.bc"],  # the wheel ships both (XLA uses them)
 }
 _CU12_DISTS = {
     "tensorflow": "2.19.0",

@@ -15,7 +15,8 @@ from tfdist.cli.common import emit_json, option
 @option(
     "--verify",
     is_flag=True,
-    help="Finally import TensorFlow in a child process, run an op on each GPU and explain its log lines (slow).",
+    help="Finally import TensorFlow in a child process, run an op on each GPU, compile one XLA function on GPU:0 "
+    "and explain its log lines (slow).",
 )
 @option(
     "--expect-gpu",
@@ -32,8 +33,8 @@ from tfdist.cli.common import emit_json, option
 def command(as_json: bool, recommend: bool, verify: bool, expect_gpu: bool, verify_timeout: float) -> int:
     """Say whether TensorFlow will use the GPU, why not, and the exact fix.
 
-    Probes the OS, Python, NVIDIA driver (NVML, then nvidia-smi, then /proc), CUDA libraries and the installed
-    TensorFlow build without importing TensorFlow. Exit status: 0 healthy (including a machine without a GPU
+    Probes the OS, Python, NVIDIA driver (NVML, then nvidia-smi, then /proc), CUDA libraries, XLA's libdevice and
+    ptxas, and the installed TensorFlow build without importing TensorFlow. Exit status: 0 healthy (including a machine without a GPU
     that runs TensorFlow on the CPU), 1 problems found, 2 bad usage.
     """
     from tfdist.doctor import roots

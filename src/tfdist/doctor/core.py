@@ -14,6 +14,7 @@ from tfdist.doctor.probe_libs import probe_libraries
 from tfdist.doctor.probe_nvidia import probe_driver
 from tfdist.doctor.probe_packages import probe_tensorflow
 from tfdist.doctor.probe_system import probe_system
+from tfdist.doctor.probe_xla import probe_xla
 from tfdist.doctor.recommend import Recommendation, recommend
 from tfdist.doctor.roots import ProbeRoots
 
@@ -26,7 +27,8 @@ class DoctorConfig:
         roots: the machine to inspect (the real one by default).
         expect_gpu: treat "no usable GPU" as a problem (exit 1) instead of information.
         recommend: add the newest TensorFlow this machine can run and its install command.
-        verify: import TensorFlow in a subprocess afterwards and run an op on each GPU.
+        verify: import TensorFlow in a subprocess afterwards, run an op on each GPU and compile one small XLA
+            function on GPU:0 (reported next to the static XLA checks' prediction).
         verify_timeout_s: limit for that subprocess.
     """
 
@@ -59,6 +61,7 @@ def collect_facts(roots: ProbeRoots) -> Facts:
         libraries=libraries,
         tensorflow=tensorflow,
         conda=conda,
+        xla=probe_xla(roots, tensorflow, conda),
     )
 
 
@@ -104,6 +107,7 @@ def run_doctor(config: DoctorConfig) -> Report:
             env=dict(config.roots.env),
             timeout_s=config.verify_timeout_s,
             gpu_expected=ctx.gpu_wanted,
+            xla_prediction=tuple(f"{f.severity} {f.id}: {f.title}" for f in findings if f.id.startswith("xla-")),
         )
         findings = sort_findings(findings + list(verification.findings))
     verdict = decide(ctx, findings)

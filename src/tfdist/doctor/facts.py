@@ -161,6 +161,50 @@ class CondaFacts:
 
 
 @dataclass(frozen=True)
+class CudaRoot:
+    """A folder XLA treats as a CUDA root (or one that could serve as one), and what it holds."""
+
+    path: str
+    label: str  # why XLA looks here: "XLA_FLAGS --xla_gpu_cuda_data_dir", "/usr/local/cuda", "the nvidia-cuda-nvcc wheel..."
+    libdevice_dir: bool = False  # <path>/nvvm/libdevice is a folder: what XLA tests before choosing the root
+    libdevice: bool = False  # <path>/nvvm/libdevice/libdevice.10.bc exists
+    ptxas: bool = False  # <path>/bin/ptxas is an executable file
+
+
+@dataclass(frozen=True)
+class Ptxas:
+    """The ptxas XLA will run, as found in XLA's own order, and its ``--version``."""
+
+    path: str
+    found_by: str  # "XLA_FLAGS --xla_gpu_cuda_data_dir", "PATH", or the candidate root's label
+    version: str | None = None  # "12.5.82"
+    version_from: str | None = None  # "ptxas --version", or the package that installed it when that failed
+    error: str | None = None  # why --version gave no version (timeout, exit status, unparsable output)
+    skipped: tuple[str, ...] = ()  # ptxas binaries found earlier that this XLA refuses: "path (11.5.119: older than 11.8)"
+
+
+@dataclass(frozen=True)
+class XlaFacts:
+    """XLA's GPU toolchain: where it will look for libdevice and ptxas on this machine, and what it will find.
+
+    Empty (``probed`` false) unless a Linux CUDA build of TensorFlow is installed.
+    """
+
+    probed: bool = False
+    xla_flags: str | None = None  # $XLA_FLAGS as set
+    xla_flags_error: str | None = None  # unbalanced quotes and the like
+    data_dir: str | None = None  # --xla_gpu_cuda_data_dir from XLA_FLAGS (None: XLA's default ./cuda_sdk_lib)
+    tf_xla_flags: str | None = None
+    roots: tuple[CudaRoot, ...] = ()  # XLA's candidate roots in its own order, the data dir first and "." last
+    libdevice_root: str | None = None  # the root XLA will choose (first whose nvvm/libdevice is a folder)
+    ptxas: Ptxas | None = None
+    elsewhere: tuple[CudaRoot, ...] = ()  # other folders on this machine holding nvvm/libdevice or bin/ptxas
+    loose_libdevice: tuple[str, ...] = ()  # libdevice.10.bc files outside any nvvm/libdevice folder
+    nvcc_packages: tuple[str, ...] = ()  # "pip nvidia-cuda-nvcc-cu12 12.5.82", "conda cuda-nvcc 11.3.58 (nvidia)"
+    cuda_env: dict[str, str] = field(default_factory=dict)  # CUDA_DIR, CUDA_HOME, CUDA_PATH as set (XLA reads none)
+
+
+@dataclass(frozen=True)
 class Facts:
     """Everything the probes found."""
 
@@ -169,3 +213,4 @@ class Facts:
     libraries: LibraryFacts
     tensorflow: TensorFlowFacts
     conda: CondaFacts = field(default_factory=CondaFacts)
+    xla: XlaFacts = field(default_factory=XlaFacts)

@@ -145,6 +145,7 @@ def render(report: Report, *, console: Any = None) -> None:
                 f"[dim]{escape(reach + owner)}[/]  {escape(lib.path)}"
             )
     _render_conda(out, report, escape)
+    _render_xla(out, report, escape)
 
     out.print("\n[bold]Findings[/]")
     if not report.findings:
@@ -184,8 +185,41 @@ def render(report: Report, *, console: Any = None) -> None:
             f"  {'ran' if verification.ok else 'failed'} in {verification.duration_s} s: TensorFlow "  # type: ignore[attr-defined]
             f"{verification.version or '?'}, GPUs {list(verification.gpus)}, CPU op ok: {verification.cpu_op}"
         )  # type: ignore[attr-defined]
+        xla = verification.xla  # type: ignore[attr-defined]
+        if xla is not None:
+            if not xla.get("ran"):
+                result = f"not run: {xla.get('reason', '?')}"
+            else:
+                result = "compiled and ran" if xla.get("ok") else f"FAILED: {xla.get('error', '?')}"
+            out.print(f"  XLA (jit_compile=True on GPU:0): {escape(result)}")
+            predicted = verification.xla_prediction or ("no XLA problem",)  # type: ignore[attr-defined]
+            out.print(f"  doctor's prediction: {escape('; '.join(predicted))}")
         for match in verification.matches:  # type: ignore[attr-defined]
             out.print(f"  [dim]log ({match.cause}): {escape(match.line)}[/]")
+
+
+def _render_xla(out: Any, report: Report, escape: Any) -> None:
+    xla = report.facts.xla
+    if not xla.probed:
+        return
+    out.print("\n[bold]XLA toolchain[/] (where XLA looks, in its order)")
+    if xla.xla_flags is not None:
+        out.print(f"  XLA_FLAGS={escape(xla.xla_flags)}")
+    for root in xla.roots:
+        state = "libdevice.10.bc" if root.libdevice else ("empty nvvm/libdevice" if root.libdevice_dir else "-")
+        mark = "*" if root.path == xla.libdevice_root else " "
+        out.print(f"  {mark} {escape(root.path)}  [dim]{escape(root.label)}: {state}[/]")
+    for root in xla.elsewhere:
+        what = ", ".join(w for w, has in (("libdevice", root.libdevice), ("ptxas", root.ptxas)) if has)
+        out.print(f"    [dim]not searched, has {what}:[/] {escape(root.path)} [dim]({escape(root.label)})[/]")
+    ptxas = xla.ptxas
+    if ptxas is not None and ptxas.path:
+        version = ptxas.version or f"version unknown: {ptxas.error}"
+        out.print(f"  ptxas {escape(version)} at {escape(ptxas.path)} [dim](found by {escape(ptxas.found_by)})[/]")
+    else:
+        out.print("  ptxas: none XLA would use")
+    if xla.nvcc_packages:
+        out.print("  " + escape(", ".join(xla.nvcc_packages)))
 
 
 def _render_conda(out: Any, report: Report, escape: Any) -> None:

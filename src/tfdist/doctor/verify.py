@@ -34,6 +34,18 @@ for index, gpu in enumerate(tf.config.list_physical_devices("GPU")):
         out["ops"].append({"device": gpu.name, "ok": False, "error": str(error)[:400]})
 with tf.device("/CPU:0"):
     out["cpu_op"] = float(tf.reduce_sum(tf.ones((4, 4)))) == 16.0
+if out["gpus"]:
+    # What Keras' optimizers do since TF 2.11: compile with XLA on the GPU. exp, log1p and tanh come from libdevice,
+    # and the kernel goes through ptxas, so this fails where model.fit would.
+    try:
+        with tf.device("/GPU:0"):
+            xla_step = tf.function(lambda x: tf.reduce_sum(tf.math.log1p(tf.exp(x)) * tf.tanh(x)), jit_compile=True)
+            value = float(xla_step(tf.random.uniform((64, 64))))
+        out["xla"] = {"ran": True, "ok": value == value}
+    except Exception as error:
+        out["xla"] = {"ran": True, "ok": False, "error": " ".join(str(error).split())[:600]}
+else:
+    out["xla"] = {"ran": False, "reason": "TensorFlow lists no GPU"}
 print("TFDIST-VERIFY " + json.dumps(out), flush=True)
 """
 
@@ -63,6 +75,8 @@ class Verification:
     matches: tuple[LogMatch, ...] = ()
     stderr_tail: str = ""
     findings: tuple[Finding, ...] = ()
+    xla: dict | None = None  # the jit_compile=True step on GPU:0: {"ran", "ok", "error"} or {"ran": False, "reason"}
+    xla_prediction: tuple[str, ...] = ()  # what the doctor's static XLA checks predicted, to read next to it
 
 
 def match_log(text: str) -> list[LogMatch]:
@@ -123,8 +137,43 @@ def findings_from(
     return findings
 
 
+def xla_findings(xla: dict | None, prediction: tuple[str, ...]) -> list[Finding]:
+    """The XLA step's outcome next to the doctor's prediction: a failure is an error, with the predicted cause; a
+    success the doctor did not expect is reported too, so a wrong prediction is visible."""
+    if not xla or not xla.get("ran"):
+        return []
+    predicted = tuple(prediction) or ("no XLA problem predicted",)
+    if not xla.get("ok"):
+        return [
+            Finding(
+                "xla-compile-failed",
+                ERROR,
+                "A jit_compile=True function failed on GPU:0 (model.fit compiles the same way)",
+                (f"TensorFlow: {xla.get('error', 'no error text')}",) + tuple(f"doctor predicted: {p}" for p in predicted),
+                fix=None,
+                detail="The doctor's XLA finding above names the fix." if prediction else "No XLA finding predicted "
+                "this; the error text is the evidence.",
+            )
+        ]
+    if any(p.startswith("error") for p in prediction):
+        return [
+            Finding(
+                "xla-prediction-wrong",
+                INFO,
+                "XLA compiled on GPU:0 although the doctor predicted an XLA error",
+                tuple(f"doctor predicted: {p}" for p in predicted),
+            )
+        ]
+    return []
+
+
 def run_verification(
-    python: str, *, env: dict[str, str], timeout_s: float = 180.0, gpu_expected: bool = True
+    python: str,
+    *,
+    env: dict[str, str],
+    timeout_s: float = 180.0,
+    gpu_expected: bool = True,
+    xla_prediction: tuple[str, ...] = (),
 ) -> Verification:
     """Import TensorFlow with ``python`` in a child process and report what happened.
 
@@ -133,6 +182,8 @@ def run_verification(
         env: the child's environment (``TF_CPP_MIN_LOG_LEVEL=0`` is forced so the real reasons are logged).
         timeout_s: limit for the child, which may spend minutes in PTX JIT on a new GPU.
         gpu_expected: whether GPU-related log lines are problems (a GPU is present or was asked for).
+        xla_prediction: the doctor's XLA findings ("error xla-libdevice-missing: ..."), reported next to the
+            outcome of the child's jit_compile=True step.
     """
     child_env = dict(env)
     child_env["TF_CPP_MIN_LOG_LEVEL"] = "0"
@@ -168,6 +219,8 @@ def run_verification(
                     fix=None,
                 )
             )
+    xla = (result or {}).get("xla")
+    findings += xla_findings(xla, xla_prediction)
     return Verification(
         ok=result is not None and returncode == 0,
         returncode=returncode,
@@ -179,4 +232,6 @@ def run_verification(
         matches=tuple(matches),
         stderr_tail=tail,
         findings=tuple(findings),
+        xla=xla,
+        xla_prediction=tuple(xla_prediction),
     )

@@ -9,6 +9,7 @@ from tfdist.doctor.checks.conda import check_conda
 from tfdist.doctor.checks.driver import check_driver, check_visible_devices
 from tfdist.doctor.checks.wsl import check_wsl
 from tfdist.doctor.checks.gpu import check_architecture, check_libraries
+from tfdist.doctor.checks.xla import check_xla
 from tfdist.doctor.checks.install import check_installation, check_keras, check_platform, check_python_glibc
 from tfdist.doctor.context import Context
 from tfdist.doctor.findings import Finding
@@ -24,6 +25,7 @@ ALL_CHECKS: tuple[Check, ...] = (
     check_visible_devices,
     check_architecture,
     check_libraries,
+    check_xla,
     check_conda,
     check_keras,
 )

@@ -1,6 +1,6 @@
 """Checks of the GPU against the build and of the CUDA libraries TensorFlow opens: architecture, missing
-libraries, the 2.16 pip path bug, cuDNN version, torch's pin, shadowing, libcuda and ptxas (causes 2, 3, 11, 12,
-14 and 17)."""
+libraries, the 2.16 pip path bug, cuDNN version, torch's pin, shadowing and libcuda (causes 2, 3, 11, 12 and 14;
+ptxas and libdevice, cause 17, are checked in checks/xla.py)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _newest_supporting(ctx: Context, cc: str) -> str | None:
 
 
 def check_libraries(ctx: Context) -> list[Finding]:
-    """CUDA libraries TF opens, cuDNN version, the 2.16 pip path bug, shadowing and ptxas (causes 2, 3, 11, 14, 17)."""
+    """CUDA libraries TF opens, cuDNN version, the 2.16 pip path bug and shadowing (causes 2, 3, 11, 14)."""
     if not (ctx.linux and ctx.cuda_build and ctx.cuda and ctx.gpu_present):
         return []
     findings: list[Finding] = []
@@ -119,7 +119,6 @@ def check_libraries(ctx: Context) -> list[Finding]:
     findings += _cudnn_version(ctx)
     findings += _shadowing(ctx, pip_libs)
     findings += _libcuda(ctx)
-    findings += _ptxas(ctx)
     return findings
 
 
@@ -244,32 +243,3 @@ def _libcuda(ctx: Context) -> list[Finding]:
         )
     ]
 
-
-def _ptxas(ctx: Context) -> list[Finding]:
-    libs = ctx.facts.libraries
-    if not ctx.driver_ok or vtuple(ctx.tf_version or "")[:2] < (2, 15) or libs.ptxas:
-        return []
-    venv_bin = os.path.join(ctx.facts.system.environment_prefix or "$VIRTUAL_ENV", "bin")
-    if libs.pip_ptxas:
-        return [
-            Finding(
-                "ptxas-not-on-path",
-                INFO,
-                "ptxas from nvidia-cuda-nvcc is not on PATH",
-                (f"pip ptxas: {libs.pip_ptxas}", "PATH: no ptxas"),
-                fix=f"ln -sf {libs.pip_ptxas} {venv_bin}/ptxas",
-                detail="XLA falls back to the driver for PTX compilation ('Relying on driver to perform ptx "
-                "compilation'), which is slower.",
-            )
-        ]
-    pin = ctx.build.and_cuda_pins.get(f"nvidia-cuda-nvcc-cu{vtuple(ctx.cuda or '0')[0]}") if ctx.build else None
-    return [
-        Finding(
-            "ptxas-missing",
-            WARNING,
-            "No ptxas found: XLA falls back to the driver for PTX compilation",
-            ("PATH: no ptxas", "site-packages/nvidia/cuda_nvcc: absent"),
-            fix=f"pip install 'nvidia-cuda-nvcc-cu{vtuple(ctx.cuda or '0')[0]}{pin or ''}'",
-            detail="TensorFlow logs 'Couldn't get ptxas version' then 'Relying on driver to perform ptx compilation'.",
-        )
-    ]
