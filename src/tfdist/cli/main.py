@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("tfdist.cli.launch", "Start and supervise distributed TensorFlow tasks on this machine."),
     "status": ("tfdist.cli.status", "Show how a launched job is doing: each task's state, step and loss."),
     "logs": ("tfdist.cli.logs", "Print or follow (-f) the task logs of a launched job."),
+    "dump": ("tfdist.cli.dump", "Dump every task's Python stacks and say which task stopped first."),
     "tf-config": ("tfdist.cli.tf_config", "Print the TF_CONFIG this process resolves to."),
     "slurm": ("tfdist.cli.slurm", "Write an sbatch script that runs the job on Slurm."),
     "k8s": ("tfdist.cli.k8s", "Write Kubernetes manifests (TFJob, JobSet, Indexed Job)."),

@@ -1,0 +1,31 @@
+"""One call for the launcher and ``tfdist dump``: collect every task's evidence, judge it, write the report."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+from tfdist.launch.flight import report as reports
+from tfdist.launch.flight.collect import Target, collect
+from tfdist.launch.flight.report import HangReport
+from tfdist.launch.flight.rules import decide
+
+log = logging.getLogger("tfdist.launch")
+
+
+def record(targets: Sequence[Target], *, run_id: str, attempt: int, reason: str, folder: str | None,
+           watchdog_task: str | None = None, dumper: str = "auto") -> tuple[HangReport, str | None]:
+    """The report on ``targets`` and the path of its text file (None when ``folder`` is None or not writable: the
+    report is still returned, to be printed)."""
+    started = time.monotonic()
+    tasks = collect(targets, dumper=dumper)
+    verdict = decide(tasks, watchdog_task=watchdog_task)
+    result = HangReport(run_id=run_id, attempt=attempt, reason=reason, verdict=verdict, tasks=tuple(tasks),
+                        time=time.time(), collect_seconds=time.monotonic() - started)
+    path = None
+    if folder is not None:
+        try:
+            path = reports.write(result, folder)
+        except OSError as error:  # a full disk must not stop the supervision
+            log.warning("cannot write the hang report in %s: %s", folder, error)
+    return result, path

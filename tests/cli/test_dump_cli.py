@@ -1,0 +1,68 @@
+"""`tfdist dump` on a real running launch of the stand-in task (no TensorFlow): worker 1 stops sending heartbeats at
+step 1 and sleeps, worker 0 keeps stepping; the dump says so, with file:line, and leaves both running."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tfdist.cli.main import main
+from tfdist.launch.protocol import read_heartbeat
+
+FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
+# The line after the hanging task's one beat: where it sleeps.
+HANG_LINE = Path(FAKE).read_text().splitlines().index("        heartbeat.beat(1)") + 2
+
+
+@pytest.fixture
+def running_job(tmp_path):
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--log-dir", str(logs), "--hang-timeout", "0", "--",
+         FAKE, str(tmp_path / "out"), "--hang", "worker:1", "--sleep", "120"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            beat = read_heartbeat(str(logs / "attempt-0" / "worker-0.heartbeat"))
+            if beat is not None and beat.step and beat.step > 3 and \
+                    read_heartbeat(str(logs / "attempt-0" / "worker-1.heartbeat")) is not None:
+                break
+            assert launcher.poll() is None, launcher.stderr.read()
+            time.sleep(0.05)
+        yield logs
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=60)
+
+
+def test_dump_names_the_silent_task_and_its_line(running_job, capsys):
+    logs = running_job
+    assert main(["dump", str(logs)]) == 0
+    out = capsys.readouterr().out
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert re.search(rf"worker:1 stopped first: at step 1 while the others are at step \d+, in fake_task.py:"
+                     rf"{HANG_LINE} `main` \(blocked in time.sleep\)", verdict), verdict
+    report = Path(out.splitlines()[-1].removeprefix("report: "))
+    assert report.parent == logs and report.name.startswith("hang-dump-") and report.read_text() in out + "\n"
+    assert main(["dump", "--json", "--dumper", "faulthandler", str(logs)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert (document["schema"], document["schema_version"]) == ("tfdist.hang", 1)
+    assert document["reason"] == "on-demand" and document["verdict"]["rule"] == "lowest-step"
+    # The stand-in task registers no faulthandler: nothing is read, and nothing is signalled.
+    assert all(t["threads"] == [] and "registered no faulthandler" in t["stacks_from"] for t in document["tasks"])
+    assert [t["state"] for t in document["tasks"]] == ["S", "S"]
+
+
+def test_dump_refuses_a_folder_that_is_no_run(tmp_path, capsys):
+    assert main(["dump", str(tmp_path)]) == 2
+    assert "is not a run folder" in capsys.readouterr().err
