@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "src"))
 from tfdist.launch.flight import collect  # noqa: E402
 from tfdist.launch.flight.recorder import record  # noqa: E402
 from tfdist.launch.flight.rules import decide  # noqa: E402
-from tfdist.launch.protocol import read_heartbeat  # noqa: E402
+from tfdist.protocol.records import read_heartbeat  # noqa: E402
 
 HANG_JOB = str(REPO / "tests" / "bin" / "hang_job.py")
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.cli.main import main
-from tfdist.launch.protocol import read_heartbeat
+from tfdist.protocol.records import read_heartbeat
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
 # The line after the hanging task's one beat: where it sleeps.

@@ -152,11 +152,22 @@ def test_hang_rules_exceptions():
     spec = spec_for("workers")
     finished = dict(heartbeat_age=HANG + 5, heartbeat=HeartbeatRecord(step=9, time=0.0, state=TaskState.FINISHED))
     assert decide(snap(spec, {"worker:1": finished}), spec).action is GroupAction.CONTINUE, "saving after fit is silent"
-    never = dict(heartbeat=None, heartbeat_age=None)
+    never = dict(heartbeat=None, heartbeat_age=None, quiet_for=HANG - 1)
     assert decide(snap(spec, {"worker:1": never}, elapsed=1e6), spec).action is GroupAction.CONTINUE, \
-        "a script without heartbeats is never hung"
+        "a script without heartbeats is hung only when it has been quiet for the timeout"
     off = LaunchSpec(command=("x",), workers=2, timeouts=Timeouts(hang=0))
     assert decide(snap(off, {"worker:1": silent}), off).action is GroupAction.CONTINUE
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_script_without_heartbeats_is_hung_when_quiet_for_the_timeout(stopped):
+    spec = spec_for("workers")
+    quiet = dict(heartbeat=None, heartbeat_age=None, quiet_for=HANG + 1, stopped=stopped)
+    busy = dict(heartbeat=None, heartbeat_age=None, quiet_for=0.0)
+    verdict = decide(snap(spec, {"worker:0": busy, "worker:1": quiet}), spec)
+    assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.HUNG, "worker:1")
+    assert verdict.detail.startswith("stopped (SIGSTOP)" if stopped else "quiet (no CPU time, no output)")
+    assert "no heartbeat ever" in verdict.detail
 
 
 def test_agent_without_the_leader_succeeds_when_its_trainers_are_done():

@@ -30,7 +30,7 @@ def command(as_json: bool, dumper: str, attempt: int | None, run: str | None) ->
         tfdist dump 3f2a --json
     """
     from tfdist.errors import TfdistError
-    from tfdist.launch import runs
+    from tfdist.launch.console import runs
     from tfdist.launch.flight import report
     from tfdist.launch.flight.collect import targets_from_folder
     from tfdist.launch.flight.recorder import record

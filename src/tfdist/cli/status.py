@@ -80,6 +80,9 @@ def render_status(status: Any, *, now: float) -> list[str]:
                      "the job ended (launch with --log-dir to keep the logs)")
     else:
         lines.append(f"  folder:  {printable(record.log_dir, 400)} is gone (moved or deleted)")
+    if status.hang_report:
+        lines.append(f"  hang:    {printable(status.hang_report, 400)} (the flight recorder: which task stopped first, "
+                     "and where)")
     summary = record.summary
     if summary:
         parts = [f"{summary['steps']:,} steps" if summary.get("steps") is not None else None,
@@ -114,6 +117,7 @@ def _status_json(status: Any) -> dict[str, Any]:
     now = time.time()
     return {
         "run": _record_json(status.record), "state": status.state, "folder_exists": status.folder_exists,
+        "hang_report": status.hang_report,
         "attempt": status.attempt,
         "tasks": [{"task": t.name, "attempt": t.attempt, "pid": t.pid, "state": t.state,
                    "step": t.beat.step if t.beat else None, "total_steps": t.beat.total_steps if t.beat else None,

@@ -75,6 +75,8 @@ class Attempt:
     step_reached: int | None = None
     detail: str = ""
     transient: bool = False  # failed the way a machine short of threads or processes does: worth a retry
+    hang_report: str = ""  # the flight recorder's report, written before the group was stopped
+    hang_verdict: tuple[str, ...] = ()  # its verdict: which task stopped first and where, then the others
 
 
 @dataclass
@@ -125,6 +127,9 @@ def render_report(result: LaunchResult) -> str:
             detail += " (looked transient" + (", retried)" if attempt is not result.final else ")")
         lines.append(f"  #{attempt.number}: {attempt.cause.value}{who}{detail}, {attempt.duration_s:.1f}s{step}")
     final = result.final
+    if final is not None and final.hang_report:
+        lines.append(f"flight recorder (attempt #{final.number}): " + "\n  ".join(final.hang_verdict))
+        lines.append(f"  stacks, steps and output of every task: {final.hang_report}")
     if final is not None and final.failure is not None:
         failure = final.failure
         lines.append(f"root cause (attempt #{final.number}): {failure.headline}")

@@ -21,9 +21,10 @@ import signal
 from dataclasses import dataclass
 from typing import IO, Mapping
 
+from tfdist.protocol.variables import HEARTBEAT_FILE
+
 DUMP_SIGNAL = signal.SIGUSR2  # SIGUSR1 is the one user scripts and profilers most often take
 STACKS_SUFFIX = ".stacks"
-_HEARTBEAT_ENV = "TFDIST_HEARTBEAT_FILE"  # the registry's HEARTBEAT_FILE (tfdist's variables), spelled here to import
 HEADER = "# tfdist stackdump v1 pid={pid} signal={signal}"
 _HEADER = re.compile(r"# tfdist stackdump v1 pid=(\d+) signal=(\w+)")
 _MAX_READ = 4 << 20
@@ -67,7 +68,7 @@ def install(environ: Mapping[str, str] | None = None) -> str | None:
     """Have :data:`DUMP_SIGNAL` write every thread's stack to this task's stacks file; the path, or None outside
     ``tfdist launch`` or when the file cannot be opened (never raises: a dump must not break the training)."""
     global _registered
-    heartbeat = (os.environ if environ is None else environ).get(_HEARTBEAT_ENV)
+    heartbeat = (os.environ if environ is None else environ).get(HEARTBEAT_FILE)
     if not heartbeat:
         return None
     path = stacks_path(heartbeat)

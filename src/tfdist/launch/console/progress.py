@@ -171,6 +171,7 @@ class RunStatus:
     folder_exists: bool
     attempt: int | None
     tasks: tuple[TaskStatus, ...]
+    hang_report: str | None = None  # the newest flight recorder report in the run folder (hang-*.txt)
 
 
 def run_status(record: runs.RunRecord) -> RunStatus:
@@ -178,5 +179,7 @@ def run_status(record: runs.RunRecord) -> RunStatus:
     alive = runs.launcher_alive(record)
     remote = alive is None
     number, tasks = latest_attempt(record.log_dir, (lambda _pid: None) if remote else pid_alive)
+    from tfdist.launch.flight.report import latest
+
     return RunStatus(record=record, state=run_state(record, alive), folder_exists=os.path.isdir(record.log_dir),
-                     attempt=number, tasks=tuple(tasks))
+                     attempt=number, tasks=tuple(tasks), hang_report=latest(record.log_dir))

@@ -12,11 +12,11 @@ from typing import Sequence
 
 import psutil
 
-from tfdist.launch import runs
+from tfdist.launch.console import runs
 from tfdist.launch.flight import procfs
 from tfdist.launch.flight.evidence import TaskEvidence
 from tfdist.launch.flight.stacks import read_stacks
-from tfdist.launch.protocol import read_heartbeat
+from tfdist.protocol.records import read_heartbeat
 from tfdist.protocol.stackdump import stacks_path
 
 TAIL_LINES = 20

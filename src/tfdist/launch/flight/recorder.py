@@ -3,20 +3,31 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from tfdist.launch.flight import report as reports
 from tfdist.launch.flight.collect import Target, collect
-from tfdist.launch.flight.report import HangReport
-from tfdist.launch.flight.rules import decide
+from tfdist.launch.flight.report import HANG, ON_DEMAND, TASK_FAILED, HangReport  # noqa: F401 - re-exported
+from tfdist.launch.flight.rules import TRAINER_ROLES, decide
 
 log = logging.getLogger("tfdist.launch")
+
+
+def targets_of(group: Any) -> list[Target]:
+    """The tasks of a running :class:`~tfdist.launch.local.group.TaskGroup` (exit codes as the launcher knows them)."""
+    return [Target(name=p.name, pid=p.pid, heartbeat_path=p.plan.heartbeat_path, log_path=p.log_path,
+                   exit_code=p.poll()) for p in group.procs]
+
+
+def others_running(group: Any) -> bool:
+    """A training task of ``group`` still runs: a failure leaves it waiting (worth a dump before the stop)."""
+    return any(p.poll() is None and p.plan.task_type in TRAINER_ROLES for p in group.procs)
 
 
 def record(targets: Sequence[Target], *, run_id: str, attempt: int, reason: str, folder: str | None,
            watchdog_task: str | None = None, dumper: str = "auto") -> tuple[HangReport, str | None]:
     """The report on ``targets`` and the path of its text file (None when ``folder`` is None or not writable: the
-    report is still returned, to be printed)."""
+    report is still returned, to be printed). Never raises for a task it cannot read."""
     started = time.monotonic()
     tasks = collect(targets, dumper=dumper)
     verdict = decide(tasks, watchdog_task=watchdog_task)

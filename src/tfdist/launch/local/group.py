@@ -13,6 +13,7 @@ import psutil
 from tfdist.launch.outcome import TaskFailure
 from tfdist.launch.process.spawn import Console, TaskProcess, activate, spawn, stop_all
 from tfdist.protocol import HeartbeatRecord, TaskPlan, read_error, read_heartbeat
+from tfdist.launch.flight.watch import QuietWatch
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
 from tfdist.launch.process.spare_pool import SparePool
 
@@ -50,6 +51,7 @@ class TaskGroup:
         self.started = time.monotonic()
         self._beats: dict[str, tuple[float, HeartbeatRecord | None]] = {}
         self._first_step: dict[str, int | None] = {}
+        self._quiet = QuietWatch()
 
     # -- start ---------------------------------------------------------------------------------------------------
     def start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -106,12 +108,15 @@ class TaskGroup:
         for proc in self.procs:
             code = proc.poll()
             beat, age = self._heartbeat(proc, now_wall)
-            stopped = code is None and age is not None and 0 < stale_after < age and _is_stopped(proc.pid)
+            # A task that sends no heartbeats is watched by its CPU time and output instead (sampled, cheap).
+            quiet = self._quiet.observe(proc.pid, proc.log_path, now) if code is None and age is None else None
+            stale = age if age is not None else quiet
+            stopped = code is None and stale is not None and 0 < stale_after < stale and _is_stopped(proc.pid)
             tail = list(proc.stderr_tail) if code is not None else []
             views.append(TaskView(
                 name=proc.name, task_type=proc.plan.task_type, task_index=proc.plan.task_index, pid=proc.pid,
                 exit_code=code, ended_at=None if proc.ended_at is None else proc.ended_at - self.started,
-                heartbeat=beat, heartbeat_age=age, stopped=stopped, progressed=self._progressed(proc.name, beat),
+                heartbeat=beat, heartbeat_age=age, quiet_for=quiet, stopped=stopped, progressed=self._progressed(proc.name, beat),
                 lost_port=code not in (None, 0) and (proc.ended_at or now) - proc.started_at < PORT_RACE_WINDOW_S
                 and _mentions(tail, PORT_CONFLICT_MARKERS),
                 transient=code not in (None, 0) and _mentions(tail, TRANSIENT_MARKERS)))

@@ -13,7 +13,9 @@ Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent us
    lost its port, and marked transient when it ran out of threads or processes.
 7. A training task (under ParameterServerStrategy: the chief, which alone runs steps) that sent heartbeats and then
    none for ``timeouts.hang`` seconds is hung. When one task stalls its peers soon block in a collective and fall
-   silent too: the culprit is a task the kernel reports as stopped, else the one silent for longest.
+   silent too: the culprit is a task the kernel reports as stopped, else the one silent for longest. A task that
+   never sent a heartbeat is hung once it used no CPU time and wrote no output for as long (``quiet_for``, measured by
+   :mod:`tfdist.launch.flight.watch`).
 """
 from __future__ import annotations
 
@@ -81,9 +83,11 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
             return Verdict(GroupAction.SUCCEED, Cause.SUCCEEDED, trainers[0].name, notices=notices)
     stuck = _hung(snapshot, spec)
     if stuck is not None:
-        how = "stopped (SIGSTOP)" if stuck.stopped else "silent"
+        how = "stopped (SIGSTOP)" if stuck.stopped else "silent" if stuck.heartbeat_age is not None else \
+            "quiet (no CPU time, no output)"
+        what = "no heartbeat" if stuck.heartbeat_age is not None else "no heartbeat ever, no CPU time, no output"
         return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name,
-                       detail=f"{how}, no heartbeat for {spec.timeouts.hang:g}s", notices=notices)
+                       detail=f"{how}, {what} for {spec.timeouts.hang:g}s", notices=notices)
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
 
 
@@ -95,9 +99,12 @@ def _hung(snapshot: GroupSnapshot, spec: LaunchSpec) -> TaskView | None:
     silent = [t for t in snapshot.tasks
               if t.task_type in watched and t.running and t.heartbeat_age is not None and t.heartbeat_age > timeout
               and not (t.heartbeat is not None and t.heartbeat.finished)]  # saving and evaluating send no beats
+    # A task that never sent a heartbeat: hung when it used no CPU time and wrote no output for as long.
+    silent += [t for t in snapshot.tasks if t.task_type in watched and t.running and t.heartbeat_age is None
+               and t.quiet_for is not None and t.quiet_for > timeout]
     if not silent:
         return None
-    return max(silent, key=lambda t: (t.stopped, t.heartbeat_age or 0.0))
+    return max(silent, key=lambda t: (t.stopped, t.heartbeat_age or t.quiet_for or 0.0))
 
 
 def nothing_to_save(snapshot: GroupSnapshot, spec: LaunchSpec) -> bool:

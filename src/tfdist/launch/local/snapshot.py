@@ -36,6 +36,7 @@ class TaskView:
     lost_port: bool = False
     transient: bool = False
     progressed: bool = False  # its heartbeat step moved past the first one it sent: it has run training steps
+    quiet_for: float | None = None  # no heartbeat: seconds without CPU time or output (tfdist.launch.flight.watch)
 
     @property
     def running(self) -> bool:

@@ -27,6 +27,8 @@ from typing import Any, Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
+from tfdist.launch.flight import recorder as flight
+from tfdist.launch.flight.recorder import others_running
 from tfdist.launch.local import rules
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult
@@ -201,6 +203,9 @@ class Supervisor:
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         interrupted = lambda: self.stops.requested  # noqa: E731
         failure = group.failure(verdict.culprit)
+        report, verdict_lines = "", ()
+        if verdict.cause is Cause.HUNG or (verdict.cause is Cause.TASK_FAILED and others_running(group)):
+            report, verdict_lines = self._record_flight(group, attempt, verdict)  # before anything is stopped
         if verdict.action is rules.GroupAction.SUCCEED:
             # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers. An evaluator
             # may be scoring the final model: it gets the same moment to finish.
@@ -224,7 +229,20 @@ class Supervisor:
         snapshot = group.poll()
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
-                       step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient)
+                       step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient,
+                       hang_report=report, hang_verdict=verdict_lines)
+
+    def _record_flight(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
+        """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
+        result, path = flight.record(flight.targets_of(group), run_id=self.run_id, attempt=attempt,
+                                     reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,
+                                     folder=self.log_dir, watchdog_task=verdict.culprit)
+        for line in result.verdict.lines:
+            self._say(f"flight recorder: {line}")
+        if path:
+            self._say(f"flight recorder: stacks, steps and output of every task in {path}")
+            self._event("hang-report", attempt=attempt, path=path, culprit=result.verdict.culprit)
+        return path or "", tuple(result.verdict.lines)
 
     # -- pieces --------------------------------------------------------------------------------------------------
     def _plans(self, attempt: int) -> list[TaskPlan]:
