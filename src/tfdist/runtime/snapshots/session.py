@@ -1,0 +1,100 @@
+"""The mechanism both front ends share (Keras ``fit`` and custom loops): resume, then copy every N steps.
+
+- :meth:`SnapshotSession.resume`: every replica lists the snapshot steps it can load whole, the replicas exchange
+  the lists, and :func:`~tfdist.runtime.snapshots.policy.choose_resume` picks the newest step all of them have if
+  it is newer than the durable checkpoint; the variables are then assigned from that snapshot.
+- Then one process per machine (the holder of the folder's writer lock) copies the state to host memory every N
+  steps on the training thread and hands it to the background writer.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Mapping
+
+from tfdist.runtime.snapshots.format import Snapshot, SnapshotRefused
+from tfdist.runtime.snapshots.policy import SNAPSHOT, Cadence, Resume, choose_resume, fits, mib, refusal
+from tfdist.runtime.snapshots.settings import SnapshotSettings
+from tfdist.runtime.snapshots.store import KEEP, SnapshotStore
+from tfdist.runtime.snapshots.variables import TrainingVariables, gather_steps
+from tfdist.runtime.snapshots.writer import BackgroundWriter
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class SnapshotSession:
+    def __init__(self, variables: TrainingVariables, strategy: Any, settings: SnapshotSettings) -> None:
+        self.variables = variables
+        self.strategy = strategy
+        self.settings = settings
+        self.store = SnapshotStore(settings.directory or "")
+        self.cadence = Cadence(settings.every, settings.budget)
+        self.writer: BackgroundWriter | None = None
+        self.step = 0
+        self._since = 0
+        self._last_end: float | None = None
+
+    def resume(self, checkpoint_step: int) -> tuple[Resume, Snapshot | None]:
+        """Restore the newest state every replica can load (a collective: every replica must call it)."""
+        own = self.store.loadable(self.variables.fingerprint)
+        choice = choose_resume(gather_steps(self.strategy, own), checkpoint_step)
+        snapshot = None
+        if choice.source == SNAPSHOT:
+            try:
+                snapshot = self.store.load(choice.step, self.variables.fingerprint)
+            except SnapshotRefused as exc:  # verified a moment ago; only a removed folder gets here
+                raise RuntimeError(f"snapshot of step {choice.step} vanished during the restore: {exc}") from None
+            self.variables.assign(snapshot.arrays)
+        self.step = choice.step
+        say(choice.describe())
+        return choice, snapshot
+
+    def start_writing(self) -> bool:
+        """Become this machine's writer (if no other live task is) after :meth:`resume`."""
+        store = self.store
+        if not store.claim_writer():
+            return False
+        store.prune(keep=KEEP, above=self.step)  # snapshots newer than the resumed step belong to an abandoned run
+        size, free = self.variables.nbytes, store.free_bytes()
+        if not fits(size, free):
+            say(refusal(size, free, str(store.directory)))
+            store.release_writer()
+            return False
+        every = f"every {self.settings.every} step(s)" if self.settings.every else \
+            f"every N steps, N chosen to keep the copy within {self.settings.budget:.0%} of step time"
+        say(f"tfdist: snapshots: {mib(size)} each ({len(self.variables.variables)} variables), {every}; up to "
+            f"{KEEP + 1} in {store.directory} ({mib(free)} free) and 2 host copies")
+        self.variables.copy()  # traces the copy function now, so the first timed copy is a real one
+        self.writer = BackgroundWriter(store, self.variables.specs)
+        return True
+
+    def step_done(self, step: int, meta: Mapping[str, Any] | None = None) -> None:
+        """Training reached ``step`` (the optimizer's count after the update); copy if one is due."""
+        now = time.perf_counter()
+        steps = step - self.step
+        self.step = step
+        if self.writer is None or self.writer.failed is not None:
+            return
+        if self._last_end is not None and steps > 0:
+            self.cadence.step_took((now - self._last_end) / steps)
+        self._since += steps
+        if self.cadence.due(self._since):
+            arrays = self.variables.copy()
+            copied = time.perf_counter()
+            self.cadence.copy_took(copied - now)
+            self.writer.submit(step, arrays, dict(meta or {}))
+            self._since = 0
+            now = copied
+        self._last_end = now
+
+    def pause(self) -> None:
+        """Time until the next step is not step time (epoch end, validation)."""
+        self._last_end = None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.store.release_writer()

@@ -1,0 +1,164 @@
+"""The snapshot file and folder: whole files only; torn, corrupted, mixed-step and other-model files are refused."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfdist.runtime.snapshots.format import ArraySpec, SnapshotRefused, chunks, decode, fingerprint
+from tfdist.runtime.snapshots.store import SnapshotStore, snapshot_name
+from tfdist.runtime.snapshots.writer import BackgroundWriter
+
+SPECS = [ArraySpec("dense/kernel:0", "<f4", (4, 3)), ArraySpec("iter:0", "<i8", ())]
+
+
+def state(step: int) -> list[np.ndarray]:
+    return [np.full((4, 3), step, dtype=np.float32), np.array(step, dtype=np.int64)]
+
+
+def encoded(step: int) -> bytes:
+    return b"".join(bytes(c) for c in chunks(step, state(step), SPECS, {"epoch": 0, "batch": step}))
+
+
+def test_round_trip_keeps_arrays_step_and_meta():
+    snap = decode(encoded(7), expect_step=7, expect_fingerprint=fingerprint(SPECS))
+    assert snap.step == 7 and snap.meta == {"epoch": 0, "batch": 7}
+    assert [a.tolist() for a in snap.arrays] == [a.tolist() for a in state(7)]
+
+
+@pytest.mark.parametrize("cut", [0, 5, 13, 40, -40, -9, -1])
+def test_torn_file_is_refused(cut):
+    data = encoded(3)
+    with pytest.raises(SnapshotRefused):
+        decode(data[:cut])
+
+
+def test_flipped_byte_is_refused():
+    data = bytearray(encoded(3))
+    data[len(data) // 2] ^= 0x01
+    with pytest.raises(SnapshotRefused, match="checksum"):
+        decode(bytes(data))
+
+
+def test_file_named_for_another_step_is_refused():
+    with pytest.raises(SnapshotRefused, match="mixed"):
+        decode(encoded(3), expect_step=4)
+
+
+def test_other_model_is_refused():
+    other = fingerprint([ArraySpec("dense/kernel:0", "<f4", (4, 4))])
+    with pytest.raises(SnapshotRefused, match="another model"):
+        decode(encoded(3), expect_fingerprint=other)
+
+
+def test_store_keeps_two_newest_and_lists_only_whole_files(tmp_path):
+    store = SnapshotStore(tmp_path)
+    assert store.claim_writer()
+    for step in (1, 2, 3):
+        store.write(step, state(step), SPECS, {})
+    assert store.steps() == [3, 2]
+    (tmp_path / ".partial-4-123").write_bytes(encoded(4)[:50])  # a writer killed mid-write
+    (tmp_path / snapshot_name(5)).write_bytes(encoded(5)[:-3])  # torn (cannot happen via rename, but refused)
+    (tmp_path / snapshot_name(6)).write_bytes(encoded(2))  # a file renamed to another step
+    assert store.steps() == [6, 5, 3, 2]
+    assert store.loadable(fingerprint(SPECS)) == [3, 2]
+    assert os.stat(tmp_path / snapshot_name(3)).st_mode & 0o777 == 0o600
+
+
+def test_prune_above_drops_an_abandoned_future(tmp_path):
+    store = SnapshotStore(tmp_path)
+    for step in (8, 9):
+        store.write(step, state(step), SPECS, {})
+    store.prune(above=8)
+    assert store.steps() == [8]
+
+
+def test_one_writer_per_folder_and_stale_partials_go(tmp_path):
+    first, second = SnapshotStore(tmp_path), SnapshotStore(tmp_path)
+    assert first.claim_writer()
+    assert not second.claim_writer()
+    (tmp_path / ".partial-4-123").write_bytes(b"x")
+    first.release_writer()
+    assert second.claim_writer()
+    assert not (tmp_path / ".partial-4-123").exists()
+    second.release_writer()
+
+
+def test_background_writer_writes_the_newest_it_was_given(tmp_path):
+    store = SnapshotStore(tmp_path)
+    writer = BackgroundWriter(store, SPECS)
+    for step in range(1, 30):
+        writer.submit(step, state(step), {})
+    writer.close()
+    assert writer.failed is None and writer.written_step == 29
+    assert store.steps()[0] == 29 and store.load(29).arrays[1] == 29
+
+
+# A writer process that snapshots big arrays (every value = the step) as fast as it can, until killed.
+_WRITER = """
+import sys, numpy as np
+from tfdist.runtime.snapshots.format import ArraySpec
+from tfdist.runtime.snapshots.store import SnapshotStore
+store = SnapshotStore(sys.argv[1]); assert store.claim_writer()
+specs = [ArraySpec("w", "<f4", (8, 2**20)), ArraySpec("step", "<i8", ())]
+step = 0
+while True:
+    step += 1
+    store.write(step, [np.full((8, 2**20), step, np.float32), np.array(step, np.int64)], specs, {})
+"""
+
+
+@pytest.fixture
+def shm_dir():
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+    path = base / f"tfdist-test-{uuid.uuid4().hex[:10]}"
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_write_leaves_the_previous_snapshot_whole(shm_dir):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    landed_mid_write = 0
+    for _ in range(5):
+        for leftover in shm_dir.iterdir():
+            leftover.unlink()
+        child = subprocess.Popen([sys.executable, "-c", _WRITER, str(shm_dir)], env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # a whole snapshot exists and the next one is half-written
+                partial = [p for p in shm_dir.glob(".partial-*") if p.stat().st_size > 4096]
+                if partial and SnapshotStore(shm_dir).steps():
+                    break
+                time.sleep(0.001)
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.kill()
+            child.wait(timeout=30)
+        partial = list(shm_dir.glob(".partial-*"))
+        landed_mid_write += bool(partial)
+        store = SnapshotStore(shm_dir)
+        steps = store.steps()
+        assert steps, "no whole snapshot survived the kill"
+        for step in steps:
+            snap = store.load(step)  # whole, checksummed, and every value from that one step
+            assert int(snap.arrays[1]) == step and np.all(snap.arrays[0] == step)
+        for path in partial:
+            data = path.read_bytes()
+            if len(data) < 8 * 2**20 * 4:  # killed before its last byte (not in the instant before the rename)
+                with pytest.raises(SnapshotRefused):
+                    decode(data)
+        assert store.claim_writer() and not list(shm_dir.glob(".partial-*"))
+        store.release_writer()
+    assert landed_mid_write, "the kill never landed during a write in 5 tries"
