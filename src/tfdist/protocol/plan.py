@@ -9,8 +9,8 @@ from typing import Mapping
 
 from tfdist.protocol.records import PROTOCOL_VERSION
 from tfdist.protocol.variables import (
-    BOOTSTRAP, ERROR_FILE, HEARTBEAT_FILE, JOB_NAME, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, PROTOCOL, RESTART_COUNT, RUN_ID,
-    TASK_INDEX, TASK_TYPE, TF_CONFIG, refuse_protected,
+    BOOTSTRAP, ERROR_FILE, HEARTBEAT_FILE, JOB_NAME, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, PROTOCOL, RESTART_COUNT,
+    RUN_ID, SNAPSHOT_DIR, TASK_INDEX, TASK_TYPE, TF_CONFIG, refuse_protected,
 )
 
 
@@ -75,6 +75,7 @@ class TaskPlan:
     error_path: str
     metrics_port: int | None = None
     metrics_host: str | None = None
+    snapshot_dir: str | None = None  # the run's shared-memory folder on this machine; None: no snapshots
     extra_env: Mapping[str, str] = field(default_factory=dict)  # launcher defaults, then the user's --env
 
     @property
@@ -91,6 +92,8 @@ class TaskPlan:
         if self.metrics_port is not None:
             env[METRICS_PORT] = str(self.metrics_port)
             env[METRICS_HOST] = self.metrics_host or "127.0.0.1"
+        if self.snapshot_dir:
+            env[SNAPSHOT_DIR] = self.snapshot_dir
         return env
 
     def environment(self) -> dict[str, str]:

@@ -55,6 +55,9 @@ HEARTBEAT_INTERVAL = "TFDIST_HEARTBEAT_INTERVAL"
 WARM_PRELOAD = "TFDIST_WARM_PRELOAD"
 DEBUG = "TFDIST_DEBUG"
 MODEL_DIR = "TFDIST_MODEL_DIR"
+SNAPSHOT_DIR = "TFDIST_SNAPSHOT_DIR"
+SNAPSHOTS = "TFDIST_SNAPSHOTS"
+SNAPSHOT_EVERY = "TFDIST_SNAPSHOT_EVERY"
 
 REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(TF_CONFIG, SetBy.LAUNCHER, "the cluster and this task's role, as JSON (TensorFlow reads it)"),
@@ -72,6 +75,8 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(BOOTSTRAP, SetBy.LAUNCHER, "1 in a Python task the task bootstrap watches (its folder is put first on "
            "PYTHONPATH; both are gone from the script's environment once it started; --no-bootstrap: unset)"),
     EnvVar(PROTOCOL, SetBy.LAUNCHER, "version of the heartbeat and error records the launcher reads"),
+    EnvVar(SNAPSHOT_DIR, SetBy.LAUNCHER, "this run's shared-memory folder for in-memory snapshots (the launcher "
+           "creates and removes it)"),
     EnvVar(LEGACY_KERAS, SetBy.LAUNCHER_DEFAULT, "1 when tf-keras is installed (Keras 3 cannot run multi-worker fit)"),
     EnvVar(CUDA_VISIBLE_DEVICES, SetBy.LAUNCHER_DEFAULT, "this task's share of the local GPUs (when GPUs are present)"),
     EnvVar("TF_NUM_INTEROP_THREADS", SetBy.LAUNCHER_DEFAULT,
@@ -97,6 +102,9 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TFDIST_HEALTH_STALL_SECONDS", SetBy.USER, "/healthz fails after this long without a step (default 300)"),
     EnvVar("TFDIST_HEALTH_STARTUP_SECONDS", SetBy.USER, "/healthz allows this long before the first step (default 900)"),
     EnvVar("TFDIST_SAVE_EVERY_STEPS", SetBy.USER, "fault-tolerance backup interval in steps (default 100)"),
+    EnvVar(SNAPSHOTS, SetBy.USER, "0: no in-memory snapshots (runtime.callbacks(snapshots=False) in a script)"),
+    EnvVar(SNAPSHOT_EVERY, SetBy.USER, "snapshot interval in steps, or auto (default: the cost kept within 2 % of a "
+           "step)"),
     EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 0: no limit)"),
     EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
 )

@@ -21,6 +21,7 @@ from typing import Any
 
 from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.launch.elastic.node_group import NodeGroup
+from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports
 from tfdist.protocol import Command
@@ -79,6 +80,7 @@ class Agent:
         self.spares: SparePool | None = None
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
+        self.snapshot_dir: str | None = None  # this machine's shared-memory snapshots, kept across rounds
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
@@ -137,10 +139,12 @@ class Agent:
             except ValueError:
                 pass
         try:
+            self.snapshot_dir = create_snapshot_folder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
             return self._run()
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
+            remove_snapshot_folder(self.snapshot_dir)
             self._discard_spares()
             if self.server is not None:
                 self.server.wait(timeout=2.0)
@@ -229,7 +233,7 @@ class Agent:
             log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
-            gpus_per_task=self.spec.gpus_per_task, spares=self.spares)
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares, snapshot_dir=self.snapshot_dir)
         self.group.start()
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")

@@ -42,7 +42,8 @@ class NodeGroup:
     def __init__(self, *, command: Command, workers: tuple[str, ...], first_index: int, slots: int,
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
                  max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
-                 spares: SparePool | None = None, base_env: Mapping[str, str] | None = None) -> None:
+                 spares: SparePool | None = None, base_env: Mapping[str, str] | None = None,
+                 snapshot_dir: str | None = None) -> None:
         layout = ClusterLayout(worker=workers)
         local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
         # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
@@ -51,7 +52,8 @@ class NodeGroup:
                                warm_spares=False)
         environ = dict(os.environ if base_env is None else base_env)
         plans = [p for p in plan_tasks(self.spec, layout, run_id=f"{job}-r{round_}", attempt=round_,
-                                       log_dir=log_dir, legacy_keras=legacy_keras, environ=environ)
+                                       log_dir=log_dir, legacy_keras=legacy_keras, environ=environ,
+                                       snapshot_dir=snapshot_dir)
                  if p.name in local]
         # This machine's GPUs are shared among this machine's workers (by local position, not global index).
         gpu_map = assign_gpus([TaskId(p.task_type, p.task_index) for p in plans], visible_gpus(environ), gpus_per_task)

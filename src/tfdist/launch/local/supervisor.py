@@ -39,6 +39,7 @@ from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays,
 from tfdist.launch.local.restart import RestartPolicy
 from tfdist.launch.local.stops import StopRequests
 from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
 from tfdist.launch.process.spare_pool import SparePool
@@ -85,6 +86,7 @@ class Supervisor:
         self._watcher: Watcher | None = None
         self._keep: set[int] = set()
         self.group: TaskGroup | None = None
+        self.snapshot_dir: str | None = None  # this run's shared-memory folder (runtime.snapshots), see _contain
 
     # -- for a per-machine agent (thread-safe) -------------------------------------------------------------------
     def request_stop(self, cause: Cause = Cause.PREEMPTED, message: str = "asked to stop: stopping all tasks") -> None:
@@ -254,7 +256,7 @@ class Supervisor:
             layout = layout_for(self.spec, ports)
         plans = plan_tasks(self.spec, layout, run_id=self.run_id, attempt=attempt,
                            log_dir=os.path.join(self.log_dir, f"attempt-{attempt}"), gpus=visible_gpus(self.environ),
-                           legacy_keras=self.legacy_keras, environ=self.environ)
+                           legacy_keras=self.legacy_keras, environ=self.environ, snapshot_dir=self.snapshot_dir)
         if self._local is not None:
             plans = [p for p in plans if p.name in self._local]
         return plans
@@ -286,11 +288,13 @@ class Supervisor:
 
     def _contain(self) -> None:
         self._keep = {c.pid for c in psutil.Process().children()}  # not ours to kill (a test runner's helpers)
+        # Removed by _cleanup, or by the watcher if this process is killed with SIGKILL.
+        self.snapshot_dir = create_snapshot_folder(self.run_id)
         if not self.contain:
             return
         become_subreaper()
         try:
-            self._watcher = Watcher(self.run_id)
+            self._watcher = Watcher(self.run_id, remove=self.snapshot_dir)
             self._keep.add(self._watcher.pid)
         except OSError as error:  # without it only kill -9 of the launcher can leave grandchildren behind
             log.warning("cannot start the watcher process: %s", error)
@@ -299,6 +303,7 @@ class Supervisor:
         if self._spares is not None:
             self._spares.discard_all()
         kill_strays(self._keep)
+        remove_snapshot_folder(self.snapshot_dir)  # after kill_strays: no task is left to write into it
         if self._watcher is not None:
             self._watcher.close()
         self.stops.restore()

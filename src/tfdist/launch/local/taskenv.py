@@ -111,7 +111,7 @@ def thread_caps(spec: LaunchSpec, cores: int | None = None) -> dict[str, str]:
 
 def plan_tasks(spec: LaunchSpec, layout: ClusterLayout, *, run_id: str, attempt: int, log_dir: str,
                gpus: Sequence[str] = (), legacy_keras: bool | None = None,
-               environ: Mapping[str, str] = {}) -> list[TaskPlan]:
+               environ: Mapping[str, str] = {}, snapshot_dir: str | None = None) -> list[TaskPlan]:
     """Every task's plan for one attempt (pure: reads nothing)."""
     tasks = layout.tasks()
     gpu_map = assign_gpus(tasks, gpus, spec.gpus_per_task)
@@ -128,7 +128,8 @@ def plan_tasks(spec: LaunchSpec, layout: ClusterLayout, *, run_id: str, attempt:
             heartbeat_path=os.path.join(log_dir, f"{task.type}-{task.index}.heartbeat"),
             error_path=os.path.join(log_dir, f"{task.type}-{task.index}.error.json"),
             metrics_port=None if spec.metrics_port is None else spec.metrics_port + position,
-            metrics_host=spec.metrics_host if spec.metrics_port is not None else None, extra_env=extra))
+            metrics_host=spec.metrics_host if spec.metrics_port is not None else None, snapshot_dir=snapshot_dir,
+            extra_env=extra))
     return plans
 
 

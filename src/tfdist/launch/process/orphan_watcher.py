@@ -1,10 +1,13 @@
-"""Run as ``python -I -S orphan_watcher.py RUN_ID`` by the launcher (standard library only, so it starts in milliseconds).
+"""Run as ``python -I -S orphan_watcher.py RUN_ID [FOLDER]`` by the launcher (standard library only, so it starts in
+milliseconds).
 
 Reads ``group PGID`` lines from stdin. When stdin closes after a ``done`` line, the launcher cleaned up itself and
 this exits. When it closes without one, the launcher died (``kill -9``): every announced process group is killed,
-and every process whose environment carries ``TFDIST_RUN_ID=RUN_ID`` (a task's descendants that left its group).
+and every process whose environment carries ``TFDIST_RUN_ID=RUN_ID`` (a task's descendants that left its group);
+then FOLDER (the run's shared-memory snapshots, named ``tfdist-...``) is removed.
 """
 import os
+import shutil
 import signal
 import sys
 
@@ -43,6 +46,8 @@ def main() -> int:
         except OSError:
             pass
     _kill_run(run_id)
+    if len(sys.argv) > 2 and os.path.basename(sys.argv[2].rstrip("/")).startswith("tfdist-"):
+        shutil.rmtree(sys.argv[2], ignore_errors=True)
     return 0
 
 

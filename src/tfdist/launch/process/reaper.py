@@ -86,9 +86,10 @@ def reap_orphans(own: Iterable[int]) -> None:
 class Watcher:
     """The process that cleans up after a launcher killed with SIGKILL (see the module docstring)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, remove: str | None = None) -> None:
+        """``remove``: a folder of the run (its shared-memory snapshots) to delete if the launcher dies."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _WATCHER, run_id], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            [sys.executable, "-I", "-S", _WATCHER, run_id, *([remove] if remove else [])], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
     @property

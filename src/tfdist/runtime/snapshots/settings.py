@@ -6,11 +6,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from tfdist.errors import UsageError
+from tfdist.protocol.variables import SNAPSHOT_DIR, SNAPSHOT_EVERY, SNAPSHOTS
 
-# Registered with their meaning in the environment-variable registry; repeated here only as names.
-SNAPSHOTS = "TFDIST_SNAPSHOTS"
-SNAPSHOT_DIR = "TFDIST_SNAPSHOT_DIR"
-SNAPSHOT_EVERY = "TFDIST_SNAPSHOT_EVERY"
 OFF_VALUES = ("0", "false", "no", "off")
 
 
