@@ -36,9 +36,18 @@ NODE_TIMEOUT = 3.0
 ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}
 
 
+def secret_file(tmp: Path) -> str:
+    """The job's secret, made the documented way (mode 0600), once per folder."""
+    path = tmp / "job.secret"
+    if not path.exists():
+        subprocess.run([PYTHON, "-m", "tfdist.launch.elastic.secret", str(path)], cwd=REPO, env=ENV, check=True,
+                       capture_output=True)
+    return str(path)
+
+
 def agent(machines: Machines, i: int, tmp: Path, nnodes: str, *extra: str, script: list[str] = SCRIPT):
     argv = [PYTHON, "-m", "tfdist", "launch", "--nnodes", nnodes, "--rdzv-endpoint", f"{machines.address(1)}:29400",
-            "--node-rank", str(i - 1), "-n", "1", "--node-timeout", str(NODE_TIMEOUT), "--rdzv-last-call", "0.5",
+            "--rdzv-secret-file", secret_file(tmp), "--node-rank", str(i - 1), "-n", "1", "--node-timeout", str(NODE_TIMEOUT), "--rdzv-last-call", "0.5",
             "--log-dir", str(tmp / f"logs{i}"), *extra, "--", DIGITS, *script, "--model-dir", str(tmp / "model")]
     err = open(tmp / f"m{i}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(machines.command(i, argv), cwd=REPO, env=ENV, stdout=err, stderr=err)

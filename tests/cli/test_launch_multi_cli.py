@@ -36,7 +36,7 @@ def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):
     (["--nnodes", "two", "--rdzv-endpoint", "h:1"], "--nnodes 'two'"),
     (["--nnodes", "2", "--rdzv-endpoint", "h;x:1"], "--rdzv-endpoint"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:99999"], "--rdzv-endpoint"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-id", "a b"], "--rdzv-id 'a b'"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-insecure", "--rdzv-id", "a b"], "--rdzv-id 'a b'"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--chief"], "--chief is not supported across machines"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--ps", "1"], "--ps is not supported across machines"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--hosts", "a"], "two ways in"),
@@ -44,7 +44,8 @@ def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):
     (["--hosts", "a", "--include", "b"], "--include: b is not in the host list"),
     (["--hosts", "a,b", "--min-nodes", "3"], "--min-nodes 3 is more than the 2 host(s)"),
     (["--hostfile", "/nonexistent/hosts"], "--hostfile /nonexistent/hosts: cannot read it"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--node-address", "127.0.0.1"],
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-insecure", "--rdzv-id", "j", "--node-address",
+      "127.0.0.1"],
      "--node-address 127.0.0.1 cannot be reached from other machines"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-conf", "user=a"], "--rdzv-conf is for --rdzv-backend etcd"),
     (["--hosts", "a,b", "--rdzv-backend", "etcd"], "--rdzv-backend etcd runs with --nnodes/--rdzv-endpoint"),
@@ -74,3 +75,70 @@ def test_endpoint(text, expected):
 def test_endpoint_refuses_garbage():
     with pytest.raises(UsageError):
         parse_endpoint("-oProxyCommand=x:1")
+
+
+# -- the job secret (issue 20) -----------------------------------------------------------------------------------------
+def _secret_file(tmp_path, text="ab" * 32, mode=0o600):
+    path = tmp_path / "job.secret"
+    path.write_text(text + "\n")
+    path.chmod(mode)
+    return str(path)
+
+
+def _refused(capsys, argv):
+    assert main(["launch", "--nnodes", "2", "--rdzv-endpoint", "h:1", *argv, "--", FAKE, "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_without_a_secret_the_rendezvous_says_how_to_make_one(capsys):
+    err = _refused(capsys, [])
+    assert "--rdzv-secret-file" in err and "python -m tfdist.launch.elastic.secret PATH" in err
+    assert "--rdzv-insecure" in err
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_secret_file_others_can_read_is_refused_naming_it(capsys, tmp_path, mode):
+    path = _secret_file(tmp_path, mode=mode)
+    err = _refused(capsys, ["--rdzv-secret-file", path])
+    assert path in err and "group or others" in err
+
+
+def test_a_short_secret_is_refused_naming_the_file(capsys, tmp_path):
+    path = _secret_file(tmp_path, text="ab" * 8)
+    err = _refused(capsys, ["--rdzv-secret-file", path])
+    assert path in err and "at least 128 bits" in err
+
+
+def test_the_secret_file_has_an_environment_twin(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFDIST_LAUNCH_RDZV_SECRET_FILE", _secret_file(tmp_path, mode=0o644))
+    assert "group or others" in _refused(capsys, [])
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--rdzv-insecure"], "--rdzv-insecure needs --rdzv-id"),
+    (["--rdzv-insecure", "--rdzv-id", "j", "--rdzv-secret-file", "/x"], "not both"),
+])
+def test_insecure_mode_needs_a_job_id_and_no_secret(capsys, argv, needle):
+    assert needle in _refused(capsys, argv)
+
+
+def test_a_host_file_job_makes_its_own_secret(capsys):
+    assert main(["launch", "--hosts", "a", "--rdzv-secret-file", "/x", "--", FAKE, "x"]) == 2
+    assert "--rdzv-secret-file is for --rdzv-endpoint" in capsys.readouterr().err
+
+
+def test_the_documented_command_writes_a_new_secret_0600(tmp_path):
+    import stat
+    import subprocess
+    import sys
+
+    path = tmp_path / "job.secret"
+    done = subprocess.run([sys.executable, "-m", "tfdist.launch.elastic.secret", str(path)], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(REPO_ROOT / "src")}, timeout=60)
+    assert done.returncode == 0 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(path.read_text().strip()) == 64
+    again = subprocess.run([sys.executable, "-m", "tfdist.launch.elastic.secret", str(path)], capture_output=True,
+                           text=True, env={"PYTHONPATH": str(REPO_ROOT / "src")}, timeout=60)
+    assert again.returncode == 2 and "never overwritten" in again.stderr

@@ -76,10 +76,29 @@ class Agent:
         raise AssertionError(f"{pattern!r} not seen on machine {self.machine}:\n{self.err[-3000:]}")
 
 
+def job_secret_file(folder: Path, name: str = "job.secret") -> str:
+    """A new job secret in ``folder`` (mode 0600), made the documented way; every machine reads the same file."""
+    path = folder / name
+    done = subprocess.run([sys.executable, "-m", "tfdist.launch.elastic.secret", str(path)], env=ENV,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return str(path)
+
+
 def rendezvous_args(machines: Machines, nnodes: str, workers: int, model_dir: str, *extra: str,
-                    job: str = "digits", port: int = 29400, script: list[str] = SCRIPT_ARGS) -> list[str]:
+                    job: str = "digits", port: int = 29400, script: list[str] = SCRIPT_ARGS,
+                    secret_file: str | None = None) -> list[str]:
+    """One machine's flags; the job secret defaults to one file next to ``model_dir`` (the same for every
+    machine of the test)."""
+    if secret_file is None:
+        folder = Path(model_dir).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        secret_file = str(folder / "job.secret")
+        if not os.path.exists(secret_file):
+            job_secret_file(folder)
     return ["--nnodes", nnodes, "--rdzv-endpoint", f"{machines.address(1)}:{port}", "--rdzv-id", job,
-            "-n", str(workers), *FAST, *extra, "--", DIGITS, *script, "--model-dir", model_dir]
+            "--rdzv-secret-file", secret_file, "-n", str(workers), *FAST, *extra, "--", DIGITS, *script,
+            "--model-dir", model_dir]
 
 
 def all_output(agents: list[Agent]) -> str:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.multilib import DIGITS, FAST, SCRIPT_ARGS, Agent, rendezvous_args
+from tests.integration.multilib import DIGITS, FAST, SCRIPT_ARGS, Agent, job_secret_file, rendezvous_args
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 
 pytestmark = [pytest.mark.slow,
@@ -90,8 +90,9 @@ def test_hosts_that_cannot_reach_each_other_are_named(tmp_path):
 
 
 @pytest.mark.parametrize("second, message", [
-    (["--rdzv-id", "another-job"], "job id 'another-job' does not match this rendezvous' job 'digits'"),
+    (["--rdzv-id", "another-job"], "job id 'another-job' is not this rendezvous' job"),
     (["--node-rank", "0"], "--node-rank 0 is already taken by 198.18.0.1"),
+    (["--other-secret"], "198.18.0.1:29400 did not prove this job's secret"),
 ])
 def test_the_rendezvous_refuses_a_wrong_job_or_a_taken_rank(tmp_path, second, message):
     with Machines(2) as machines:
@@ -102,9 +103,14 @@ def test_the_rendezvous_refuses_a_wrong_job_or_a_taken_rank(tmp_path, second, me
         args = rendezvous_args(machines, "2", 1, model, *second)
         if "--rdzv-id" in second:  # the later flag wins: put the wrong id last
             args = rendezvous_args(machines, "2", 1, model, job="another-job")
+        if "--other-secret" in second:  # a machine of another job (another secret) on the same endpoint
+            other = tmp_path / "other"
+            other.mkdir()
+            args = rendezvous_args(machines, "2", 1, model, secret_file=job_secret_file(other))
         late = Agent(machines, 2, args, tmp_path).start()
         assert late.wait(60) == 2
         assert message in late.err and "Traceback" not in late.err
+        assert "'digits'" not in late.err  # the real job id is never told to a machine that is refused
         assert "round 0" not in first.err
         first.proc.terminate()
         assert first.wait(30) == 143

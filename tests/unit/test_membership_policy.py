@@ -68,7 +68,7 @@ def test_too_few_machines_for_rdzv_timeout_fails_with_exit_3():
 
 
 @pytest.mark.parametrize("node, job, message", [
-    (dict(rank=0), "other", "job id 'other' does not match"),
+    (dict(rank=0), "other", "job id 'other' is not this rendezvous' job"),
     (dict(rank=1), "j", "--node-rank 1 is already taken by m1"),
     (dict(rank=7), "j", "--node-rank 7 is outside 0..2"),
     (dict(versions={**V, "tensorflow": "2.20.0"}), "j", "version mismatch"),

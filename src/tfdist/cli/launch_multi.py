@@ -18,7 +18,7 @@ from tfdist.errors import UsageError
 MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes", "rdzv_endpoint", "rdzv_id",
                "rdzv_backend", "rdzv_conf",
                "node_rank", "node_address", "node_name", "node_timeout", "rdzv_timeout", "rdzv_last_call",
-               "checkpoint_dir", "agent_watch_stdin")
+               "checkpoint_dir", "agent_watch_stdin", "rdzv_secret_file", "rdzv_insecure")
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_RDZV_PORT = 29400
@@ -39,7 +39,13 @@ _OPTIONS = [
            "cluster (--rdzv-endpoint host:port[,host:port...]), no single machine the job depends on."),
     option("--rdzv-conf", multiple=True, metavar="KEY=VALUE", help="etcd backend settings: cacert=, cert=, key= "
            "(TLS), user= with password_file= (etcd user auth), prefix=, timeout=. Repeat, or comma-separate."),
-    option("--rdzv-id", help="Job id, the same on every machine (refused otherwise)."),
+    option("--rdzv-id", help="Job id, the same on every machine (refused otherwise); default: derived from the "
+           "job secret."),
+    option("--rdzv-secret-file", help="With --rdzv-endpoint: the job secret (a file only you can read, the same on "
+           "every machine; make one with `python -m tfdist.launch.elastic.secret PATH`). Only machines holding it "
+           "can join."),
+    option("--rdzv-insecure", is_flag=True, help="With --rdzv-endpoint: no job secret; anyone who can reach the "
+           "endpoint can join or disturb the job. Only on a network you trust."),
     option("--node-rank", type=click.IntRange(0, 9999), help="This machine's rank (0 holds worker 0, the chief); "
            "default: order of arrival."),
     option("--node-address", help="Address the other machines reach this one at (default: the address on the "
@@ -88,12 +94,36 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return parse_address(text if has_port else f"{text}:{DEFAULT_RDZV_PORT}", "--rdzv-endpoint")
 
 
-def job_id(text: str | None) -> str:
-    if text is None:
-        return "tfdist"
+def job_id(text: str) -> str:
     if not _JOB.fullmatch(text):
         raise UsageError(f"--rdzv-id {text!r} is not a job id", hint="letters, digits, '.', '_', '-' (max 64)")
     return text
+
+
+def job_secret(multi: dict[str, Any], *, required: bool = True) -> tuple[bytes, str]:
+    """(secret, job id) for rendezvous mode. ``required`` False (etcd, which has its own user authentication):
+    no secret is b"" (unsigned records). Raises UsageError (exit 2) naming the flag or the file."""
+    from tfdist.launch.elastic import secret
+
+    if multi["rdzv_secret_file"] and multi["rdzv_insecure"]:
+        raise UsageError("give --rdzv-secret-file or --rdzv-insecure, not both")
+    if multi["rdzv_insecure"]:
+        if not multi["rdzv_id"]:
+            raise UsageError("--rdzv-insecure needs --rdzv-id", hint="the same job id on every machine")
+        from tfdist.launch.elastic.auth import INSECURE_SECRET
+
+        return INSECURE_SECRET, job_id(multi["rdzv_id"])
+    if not multi["rdzv_secret_file"] and not required:
+        if not multi["rdzv_id"]:
+            raise UsageError("--rdzv-backend etcd without --rdzv-secret-file needs --rdzv-id",
+                             hint="the same job id on every machine")
+        return b"", job_id(multi["rdzv_id"])
+    if not multi["rdzv_secret_file"]:
+        raise UsageError("--rdzv-endpoint needs a job secret: --rdzv-secret-file PATH",
+                         hint=f"make one with `{secret.NEW_SECRET_COMMAND}` and copy it to every machine; "
+                         "--rdzv-insecure runs without one on a network you trust")
+    value = secret.load(multi["rdzv_secret_file"])
+    return value, job_id(multi["rdzv_id"]) if multi["rdzv_id"] else secret.derived_job_id(value)
 
 
 def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, ...], target: tuple[str, ...],
@@ -118,6 +148,10 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                          hint="host-file jobs use the built-in rendezvous of the machine that starts them")
     passthrough = _agent_args(multi, flags, raw_env)
     if hostfile_mode:
+        for name in ("rdzv_secret_file", "rdzv_insecure"):
+            if multi[name]:
+                raise UsageError(f"--{name.replace('_', '-')} is for --rdzv-endpoint",
+                                 hint="with a host file every job gets a fresh secret, handed to the agents over ssh")
         return _run_hostfile(multi, flags, target, passthrough)
     if not multi["rdzv_endpoint"]:
         raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT", hint="the same endpoint on every machine")
@@ -138,7 +172,10 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
     from tfdist.launch.elastic.agent import Agent, AgentSpec
     from tfdist.launch.ssh.host_probe import versions
 
-    spec = AgentSpec(job=job_id(multi["rdzv_id"]), endpoint_host=host, endpoint_port=port, min_nodes=low,
+    secret, job = job_secret(multi, required=etcd is None)
+    if etcd is not None and multi["rdzv_insecure"]:
+        secret = b""
+    spec = AgentSpec(job=job, secret=secret, endpoint_host=host, endpoint_port=port, min_nodes=low,
                      max_nodes=high, slots=flags["workers"], command=command, node_rank=multi["node_rank"],
                      node_address=multi["node_address"], node_name=multi["node_name"],
                      node_timeout=multi["node_timeout"], rdzv_timeout=multi["rdzv_timeout"],
@@ -195,10 +232,13 @@ def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[st
     if low > len(entries):
         raise UsageError(f"--min-nodes {low} is more than the {len(entries)} host(s) listed")
     job = job_id(multi["rdzv_id"]) if multi["rdzv_id"] else f"tfdist-{secrets.token_hex(4)}"
+    from tfdist.launch.elastic.secret import new_secret
+
     settings = RendezvousSettings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
                         rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
                         max_restarts=flags["max_restarts"],
                         stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)
     spec = DriverSpec(hosts=tuple(entries), slots=flags["workers"], target=target, agent_args=agent_args, job=job,
+                      secret=new_secret(),
                       min_nodes=low, max_nodes=len(entries), settings=settings)
     return run(spec)

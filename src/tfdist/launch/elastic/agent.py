@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -64,6 +65,7 @@ class AgentSpec:
     versions: dict[str, str] = field(default_factory=dict)
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
     etcd: Any = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
+    secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
 
 
 class Agent:
@@ -100,22 +102,23 @@ class Agent:
         if self.spec.etcd is not None:
             from tfdist.launch.elastic.etcd_link import EtcdLink
 
-            return EtcdLink(self.spec.etcd, self._settings(), watch_stdin=self.spec.watch_stdin, say=self.say)
+            return EtcdLink(self.spec.etcd, self._settings(), secret=self.spec.secret or None,
+                            watch_stdin=self.spec.watch_stdin, say=self.say)
         return RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port, self.spec.node_timeout,
-                              watch_stdin=self.spec.watch_stdin)
+                              secret=self.spec.secret, watch_stdin=self.spec.watch_stdin, say=self.say)
 
     def _maybe_serve(self, rdzv_ip: str) -> None:
         if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):
             return
         settings = self._settings()
         try:
-            self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port,
+            self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
                                            say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr,
                                                                flush=True)).start()
         except OSError:
             self.server = None  # another agent on this machine serves it
             return
-        self.say(f"serving the rendezvous for job {self.spec.job} on {rdzv_ip}:{self.spec.endpoint_port}")
+        self.say(f"serving the rendezvous for job {self.spec.job} on {self.server.endpoint}")
 
     def _ready(self, address: str) -> None:
         ports = free_ports(self.spec.slots, address)
@@ -153,7 +156,7 @@ class Agent:
                 signal.signal(sig, handler)  # type: ignore[arg-type]
 
     def _run(self) -> int:
-        rdzv_ip = resolve(self.spec.endpoint_host, "--rdzv-endpoint")
+        rdzv_ip = resolve(self.spec.endpoint_host, "--rdzv-endpoint", socket.AF_UNSPEC)
         address = self.address = self._address(rdzv_ip)
         if is_unroutable(address) and not is_unroutable(rdzv_ip):
             self.say(f"this machine's address {address} cannot be reached from other machines: pass --node-address")
@@ -284,7 +287,8 @@ class Agent:
             self.spares.discard_all()
 
     def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
-        self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail)
+        step = step if step is None or step >= 0 else None
+        self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail[:4096])
 
     def _finish(self, message: dict[str, Any]) -> int:
         status = int(message["status"])

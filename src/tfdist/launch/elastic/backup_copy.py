@@ -13,34 +13,61 @@ holds and has the newest complete backup streamed, through the rendezvous connec
   never sees half a save.
 - **Checksummed**: the manifest carries each file's SHA-256; the receiver writes into a fresh folder, checks every
   digest and only then swaps it in with renames. A mismatched or incomplete copy is deleted and never restored.
+- **Bounded**: only file names of a backup (``messages.BACKUP_FILE``: no separators, no ``..``), each at most the
+  size its manifest declares, all together at most :data:`MAX_BACKUP_BYTES`, within a deadline; only regular files
+  are read or written (a FIFO or a link planted in the folder is never opened). Anything wrong: "not restored" and
+  one line, never a crash. The backup it replaces is kept as ``backup/chief.previous``, never deleted by a copy.
 """
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 import re
 import secrets
 import shutil
+import stat
+import time
 from typing import Any, Callable
 
-from tfdist.launch.elastic import wire as P
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.wire import FILE_CHUNK
 
 # tf-keras' name for the folder the chief writes and every worker restores from (worker_training_state.py).
 CHIEF_FOLDER = "chief"
+PREVIOUS_FOLDER = "chief.previous"
+MAX_BACKUP_BYTES = 256 * 1024**3
+MIN_DEADLINE_S = 120.0
+MIN_RATE = 4 * 1024**2  # bytes/s the deadline allows for at least: slower links get "not restored"
 _INDEX_LINE = re.compile(r'^model_checkpoint_path:\s*"([^"/]+)"', re.M)
 _SHARD = re.compile(r"\.data-(\d+)-of-(\d+)\Z")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+class NotRestored(Exception):
+    """Why a copy was not restored (one line)."""
+
+
+def _open_regular(path: str) -> int:
+    """An fd for reading ``path`` when it is a regular file (never a FIFO, device or link). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{os.path.basename(path)} is not a regular file")
+    return fd
+
+
+def _sha256(path: str) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with os.fdopen(_open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+            size += len(block)
+    return digest.hexdigest(), size
 
 
-def _counter(name: str) -> int:
+def counter(name: str) -> int:
     found = re.search(r"(\d+)\Z", name)
     return int(found.group(1)) if found else -1
 
@@ -48,62 +75,69 @@ def _counter(name: str) -> int:
 class BackupStore:
     """This machine's view of the job's backup folder (``<checkpoint_dir>/backup/chief``)."""
 
-    def __init__(self, checkpoint_dir: str, job: str) -> None:
+    def __init__(self, checkpoint_dir: str, job: str, *, max_bytes: int = MAX_BACKUP_BYTES) -> None:
         self.root = checkpoint_dir
         self.folder = os.path.join(checkpoint_dir, "backup", CHIEF_FOLDER)
         self.job = job
-        self._incoming: str | None = None
+        self.max_bytes = max_bytes
 
     def filesystem_id(self) -> str:
         """The id every machine sharing this directory reads (made on first use, atomically)."""
         os.makedirs(self.root, exist_ok=True)
         marker = os.path.join(self.root, f".tfdist-fs-{self.job}")
         try:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
         except FileExistsError:
-            with open(marker, encoding="ascii") as handle:
-                return handle.read().strip()
+            with os.fdopen(_open_regular(marker), encoding="ascii") as handle:
+                return handle.read(64).strip()
         value = secrets.token_hex(8)
         with os.fdopen(fd, "w", encoding="ascii") as handle:
             handle.write(value)
         return value
 
     def manifest(self) -> dict[str, Any]:
-        """``{"fs": id, "name": "ckpt-N"|None, "files": {file: sha256}}`` of the latest complete backup here."""
-        result: dict[str, Any] = {"fs": self.filesystem_id(), "name": None, "files": {}}
+        """``{"fs", "name": "ckpt-N"|None, "files": {file: sha256}, "sizes": {file: bytes}}`` of the latest
+        complete backup here (``name`` None when there is none)."""
+        result: dict[str, Any] = {"fs": self.filesystem_id(), "name": None, "files": None, "sizes": None}
         try:
-            index = open(os.path.join(self.folder, "checkpoint"), encoding="utf-8").read()  # noqa: SIM115
-        except OSError:
+            with os.fdopen(_open_regular(os.path.join(self.folder, "checkpoint")), encoding="utf-8") as handle:
+                index = handle.read(1 << 20)
+            present = os.listdir(self.folder)
+        except (OSError, UnicodeDecodeError):
             return result
         found = _INDEX_LINE.search(index)
-        if not found:
+        if not found or not M.BACKUP_NAME.fullmatch(found.group(1)):
             return result
         name = found.group(1)
-        try:
-            present = os.listdir(self.folder)
-        except OSError:
-            return result
-        shards = [f for f in present if f.startswith(name + ".data-")]
+        shards = [f for f in present if f.startswith(name + ".data-") and M.BACKUP_FILE.fullmatch(f)]
         totals = {int(m.group(2)) for m in (_SHARD.search(f) for f in shards) if m}
         if f"{name}.index" not in present or len(totals) != 1 or len(shards) != totals.pop():
             return result  # incomplete: never offered
         files = ["checkpoint", f"{name}.index", *sorted(shards)]
-        result["name"] = name
-        result["files"] = {f: _sha256(os.path.join(self.folder, f)) for f in files}
+        try:
+            sums = {f: _sha256(os.path.join(self.folder, f)) for f in files}
+        except OSError:
+            return result
+        result.update(name=name, files={f: s[0] for f, s in sums.items()}, sizes={f: s[1] for f, s in sums.items()})
         return result
 
     # -- sending -------------------------------------------------------------------------------------------------
-    def upload(self, channel: P.Channel, request: dict[str, Any]) -> None:
-        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel``."""
-        names = list(request["files"])
+    def upload(self, channel: Any, request: dict[str, Any]) -> None:
+        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(kind,
+        **fields)`` (False: stop). Only backup file names, only regular files."""
+        names = [str(n) for n in request.get("files") or () if M.BACKUP_FILE.fullmatch(str(n))]
         for position, name in enumerate(names):
-            path = os.path.join(self.folder, os.path.basename(name))
-            with open(path, "rb") as handle:
+            try:
+                handle = os.fdopen(_open_regular(os.path.join(self.folder, name)), "rb")
+            except OSError:
+                return  # the receivers time out and say "not restored"
+            with handle:
                 while True:
-                    chunk = handle.read(P.FILE_CHUNK)
-                    end = len(chunk) < P.FILE_CHUNK
-                    channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
-                                 last=end and position == len(names) - 1)
+                    chunk = handle.read(FILE_CHUNK)
+                    end = len(chunk) < FILE_CHUNK
+                    if channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
+                                    last=end and position == len(names) - 1) is False:
+                        return
                     if end:
                         break
 
@@ -115,95 +149,83 @@ class BackupStore:
         Returns ``(restored, other)``: ``other`` is a message that interrupted the transfer (stop, finish) for the
         caller to handle.
         """
-        expected: dict[str, str] = restore["files"]
-        incoming = os.path.join(self.root, "backup", f".incoming-{secrets.token_hex(4)}")
-        os.makedirs(incoming)
-        handles: dict[str, Any] = {}
+        name = restore.get("name")
+        incoming = ""
         try:
-            while True:
-                message = receive()
-                if message is None:
-                    continue
-                if message["type"] == "ping":
-                    continue
-                if message["type"] != "file":
-                    return False, message
-                name = os.path.basename(str(message["name"]))
-                if name not in expected:
-                    say(f"backup copy: unexpected file {name!r}: not restored")
-                    return False, None
-                handle = handles.get(name) or handles.setdefault(name, open(os.path.join(incoming, name), "wb"))
-                handle.write(base64.b64decode(message["data"]))
-                if message.get("end"):
-                    handle.close()
-                if message.get("last"):
-                    break
-            for handle in handles.values():
-                handle.close()
+            expected, sizes = self._check_restore(restore)
+            os.makedirs(os.path.join(self.root, "backup"), exist_ok=True)
+            incoming = os.path.join(self.root, "backup", f".incoming-{secrets.token_hex(4)}")
+            os.mkdir(incoming, 0o700)
+            other = self._receive_files(incoming, expected, sizes, receive)
+            if other is not None:
+                return False, other
             wrong = [n for n, digest in expected.items()
-                     if not os.path.exists(os.path.join(incoming, n)) or _sha256(os.path.join(incoming, n)) != digest]
+                     if _sha256(os.path.join(incoming, n)) != (digest, sizes[n])]
             if wrong:
-                say(f"backup copy of {restore['name']}: {', '.join(wrong)} missing or checksum mismatch: not restored")
-                return False, None
+                raise NotRestored(f"{', '.join(wrong)}: checksum mismatch")
             self._swap_in(incoming)
             incoming = ""
-            say(f"restored backup {restore['name']} from {restore['from']} ({len(expected)} files, SHA-256 checked)")
+            say(f"restored backup {name} from {restore.get('from')} ({len(expected)} files, SHA-256 checked)")
             return True, None
+        except (NotRestored, OSError, binascii.Error, ValueError) as bad:
+            say(f"backup copy of {str(name)[:100]}: {bad}: not restored")
+            return False, None
         finally:
-            for handle in handles.values():
-                handle.close()
             if incoming:
                 shutil.rmtree(incoming, ignore_errors=True)
 
+    def _check_restore(self, restore: dict[str, Any]) -> tuple[dict[str, str], dict[str, int]]:
+        expected, sizes = restore.get("files"), restore.get("sizes")
+        if not isinstance(expected, dict) or not isinstance(sizes, dict) or set(expected) != set(sizes) or \
+                not all(M.BACKUP_FILE.fullmatch(str(n)) for n in expected):
+            raise NotRestored("the manifest is not a backup's")
+        total = sum(sizes.values())
+        if total > self.max_bytes:
+            raise NotRestored(f"{total} bytes is over the {self.max_bytes}-byte limit")
+        return expected, sizes
+
+    def _receive_files(self, incoming: str, expected: dict[str, str], sizes: dict[str, int],
+                       receive: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """Write the chunks into ``incoming``; a message that is not a file is handed back (stop, finish)."""
+        deadline = time.monotonic() + MIN_DEADLINE_S + sum(sizes.values()) / MIN_RATE
+        handles: dict[str, Any] = {}
+        written = dict.fromkeys(expected, 0)
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise NotRestored("the copy did not finish in time")
+                message = receive()
+                if message is None or message.get("type") == "ping":
+                    continue
+                if message.get("type") != "file":
+                    return message
+                name, data = message.get("name"), message.get("data")
+                if name not in expected or not isinstance(data, str):
+                    raise NotRestored(f"unexpected file {str(name)[:100]!r}")
+                chunk = base64.b64decode(data, validate=True)
+                written[name] += len(chunk)
+                if written[name] > sizes[name]:
+                    raise NotRestored(f"{name} is bigger than its manifest says")
+                handle = handles.get(name)
+                if handle is None:
+                    fd = os.open(os.path.join(incoming, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
+                                 0o600)
+                    handle = handles[name] = os.fdopen(fd, "wb")
+                handle.write(chunk)
+                if message.get("last") is True:
+                    break
+            short = [n for n in expected if written[n] != sizes[n]]
+            if short:
+                raise NotRestored(f"{', '.join(short)} missing or short")
+            return None
+        finally:
+            for handle in handles.values():
+                handle.close()
+
     def _swap_in(self, incoming: str) -> None:
-        old = f"{self.folder}.old-{secrets.token_hex(4)}"
-        if os.path.exists(self.folder):
-            os.rename(self.folder, old)
+        """Put the checked copy in place; the backup it replaces becomes ``chief.previous`` (one kept)."""
+        previous = os.path.join(os.path.dirname(self.folder), PREVIOUS_FOLDER)
+        if os.path.lexists(self.folder):
+            shutil.rmtree(previous, ignore_errors=True)
+            os.rename(self.folder, previous)
         os.rename(incoming, self.folder)
-        shutil.rmtree(old, ignore_errors=True)
-
-
-class BackupRelay:
-    """The rendezvous' side: decide who needs the backup at a round's start, and forward the chunks."""
-
-    def __init__(self, send: Callable[..., None], say: Callable[[str], None] = lambda _m: None) -> None:
-        self._send = send
-        self._say = say
-        self._targets: dict[int, list[int]] = {}  # source node -> receiving nodes
-
-    def plan(self, nodes: dict[int, Any], action: Any) -> dict[int, dict[str, Any]]:
-        """``{node_id: restore}`` for the round's machines that lack the newest complete backup of the round."""
-        members = [nodes[a.node_id] for a in action.assignments if a.node_id in nodes]
-        with_manifest = [n for n in members if n.backup]
-        if not with_manifest:
-            return {}
-        filesystems = {n.backup.get("fs") for n in with_manifest}
-        mode = "shared" if len(filesystems) == 1 and len(with_manifest) == len(members) else \
-            f"not shared ({len(filesystems)} separate copies)"
-        self._say(f"checkpoint directory: {mode}")
-        holders = [n for n in with_manifest if n.backup.get("name")]
-        if not holders:
-            return {}
-        newest = max(holders, key=lambda n: _counter(n.backup["name"]))
-        best = newest.backup
-        have = {n.backup.get("fs") for n in holders
-                if n.backup["name"] == best["name"] and n.backup["files"] == best["files"]}
-        needing = [n for n in members if not n.backup or n.backup.get("fs") not in have]
-        if not needing:
-            return {}
-        self._targets = {newest.node_id: [n.node_id for n in needing]}
-        self._say(f"copying backup {best['name']} from {newest.label} to {', '.join(n.label for n in needing)}")
-        restore = {"name": best["name"], "files": best["files"], "from": newest.label}
-        self._pending_source = (newest.node_id, restore)
-        return {n.node_id: restore for n in needing}
-
-    def request_upload(self, round_: int) -> None:
-        """Ask the source chosen by :meth:`plan` to stream its backup (after the round messages went out)."""
-        pending, self._pending_source = getattr(self, "_pending_source", None), None
-        if pending is not None:
-            source, restore = pending
-            self._send(source, "send", round=round_, name=restore["name"], files=restore["files"])
-
-    def on_upload(self, node_id: int, message: dict[str, Any]) -> None:
-        for target in self._targets.get(node_id, []):
-            self._send(target, "file", **{k: v for k, v in message.items() if k not in ("v", "type")})

@@ -1,7 +1,10 @@
-"""The agent's end of the rendezvous connection: connect and join, a reader thread, keep-alives, and loss detection.
+"""The agent's end of the rendezvous connection: connect, prove the secret, join, a reader thread, keep-alives,
+and loss detection.
 
 Mechanism only; what the agent does with the messages is in ``agent.py``. The rendezvous counts as lost when the
-connection closes or when nothing (not even a ``ping``) arrived for ``node_timeout`` seconds.
+connection closes or when nothing (not even a ``ping``) arrived for ``node_timeout`` seconds. Whatever answers on
+the endpoint must prove the job secret before the agent says anything about the job (``auth.py``); one that
+cannot (another program on the port, another job, a squatter) ends the agent with exit status 2.
 """
 from __future__ import annotations
 
@@ -14,12 +17,20 @@ import threading
 import time
 from typing import Any, Callable
 
+from tfdist.cluster.address import format_address
+from tfdist.launch.elastic import auth
+from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
 from tfdist.status import ExitStatus
+
+PROGRESS_EVERY_S = 10.0  # a line this often while the endpoint does not answer
+CLOSED_EARLY_S = 10.0  # an endpoint that closes every connection unanswered this long is not our rendezvous
 
 
 class Lost(Exception):
     """The rendezvous is gone (closed connection, or no keep-alive for node_timeout)."""
+
+    graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
 
     graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
 
@@ -34,47 +45,82 @@ class Refused(Exception):
 
 
 class RendezvousLink:
-    def __init__(self, host: str, ip: str, port: int, node_timeout: float, *, watch_stdin: bool = False) -> None:
-        self.where = f"{host}:{port}"
+    def __init__(self, host: str, ip: str, port: int, node_timeout: float, *, secret: bytes,
+                 watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None,
+                 progress_every: float = PROGRESS_EVERY_S) -> None:
+        self.where = format_address(host, port)
         self.ip, self.port = ip, port
         self.node_timeout = node_timeout
         self.watch_stdin = watch_stdin
         self.channel: P.Channel | None = None
-        self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._secret = secret
+        self._say = say
+        self._progress_every = progress_every
+        self._messages: queue.Queue[M.Message | None] = queue.Queue()
         self._last_heard = time.monotonic()
 
-    def connect(self, join: dict[str, Any], deadline: float, give_up: Callable[[], bool]) -> None:
-        """Connect (retrying until ``deadline`` or ``give_up()``) and join.
-
-        Raises:
-            Refused: refused, or not a rendezvous, or the launcher that started us is gone.
-            TimeoutError: nobody answered in time.
-        """
+    def _connect_socket(self, deadline: float, give_up: Callable[[], bool]) -> socket.socket:
+        started = last_line = time.monotonic()
+        why = "no answer"
         while True:
             try:
-                sock = socket.create_connection((self.ip, self.port), timeout=2.0)
+                return socket.create_connection((self.ip, self.port), timeout=2.0)
+            except OSError as bad:
+                why = bad.strerror or str(bad)
+            if self.watch_stdin and stdin_closed():
+                raise Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED))
+            now = time.monotonic()
+            if now > deadline or give_up():
+                raise TimeoutError(f"no rendezvous at {self.where} in time ({why})")
+            if now - last_line >= self._progress_every:
+                last_line = now
+                self._say(f"waiting for the rendezvous at {self.where}: {why} ({now - started:.0f}s of "
+                          f"{deadline - started:.0f}s)")
+            time.sleep(0.2)
+
+    def connect(self, join: dict[str, Any], deadline: float, give_up: Callable[[], bool]) -> None:
+        """Connect (retrying until ``deadline`` or ``give_up()``), prove the secret both ways, and join.
+
+        Raises:
+            Refused: refused, or not this job's rendezvous, or the launcher that started us is gone.
+            TimeoutError: nobody answered in time.
+        """
+        closing_since: float | None = None
+        while True:
+            sock = self._connect_socket(deadline, give_up)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                session = auth.agent_handshake(sock, self._secret)
                 break
-            except OSError:
-                if self.watch_stdin and stdin_closed():
-                    raise Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED)) \
-                        from None
-                if time.monotonic() > deadline or give_up():
-                    raise TimeoutError(f"no rendezvous at {self.where} in time") from None
-                time.sleep(0.2)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except auth.ClosedEarly:
+                # A busy server (too many connections waiting) closes without a word; so does a squatter.
+                sock.close()
+                closing_since = closing_since or time.monotonic()
+                if time.monotonic() - closing_since < CLOSED_EARLY_S and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                bad: Exception = auth.AuthError(f"it closed every connection for {CLOSED_EARLY_S:g}s")
+            except (auth.AuthError, OSError) as error:
+                sock.close()
+                bad = error
+            raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
+                          "(another program on the port, another job, or a different secret)",
+                          int(ExitStatus.USAGE))
+        channel = P.Channel(sock, session, send_timeout=max(self.node_timeout, 5.0), name="rdzv-agent")
+        channel.send(M.make("join", **join))
         sock.settimeout(max(self.node_timeout, 5.0))
-        channel = P.Channel(sock)
-        channel.send("join", **join)
         try:
             answer = channel.receive()
-        except (OSError, P.ProtocolError) as bad:
+        except (OSError, M.ProtocolError, auth.AuthError) as bad:
             channel.close()
-            raise Refused(f"{self.where} is not a tfdist rendezvous ({bad})", int(ExitStatus.USAGE)) from None
-        if answer is None or answer["type"] == "refused":
+            raise Refused(f"{self.where} answered with something that is not this protocol ({bad})",
+                          int(ExitStatus.USAGE)) from None
+        if not isinstance(answer, M.Welcome):
             channel.close()
-            reason = "the rendezvous closed the connection" if answer is None else answer["reason"]
-            raise Refused(reason, int(answer.get("status", 2)) if answer else int(ExitStatus.TASK_FAILED))
-        sock.settimeout(None)
+            if isinstance(answer, M.Refused):
+                raise Refused(answer.reason, answer.status)
+            raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
+        sock.settimeout(max(self.node_timeout, 5.0))
         self.channel = channel
         self._last_heard = time.monotonic()
         self._messages = queue.Queue()
@@ -88,12 +134,13 @@ class RendezvousLink:
                 inbox.put(message)
                 if message is None:
                     return
-        except (OSError, P.ProtocolError):
+        except (OSError, M.ProtocolError, auth.AuthError) as bad:
+            channel.close(f"{bad}")
             inbox.put(None)
 
     def _ping(self, channel: P.Channel) -> None:
         interval = P.ping_interval(self.node_timeout)
-        while channel.send("ping"):
+        while channel.send(M.Ping()):
             time.sleep(interval)
 
     def next_message(self, timeout: float) -> dict[str, Any] | None:
@@ -107,18 +154,22 @@ class RendezvousLink:
         if message is None:
             raise Lost("connection closed")
         self._last_heard = time.monotonic()
-        return message
+        return M.as_dict(message)
 
-    def send(self, kind: str, **fields: Any) -> None:
-        if self.channel is not None:
-            self.channel.send(kind, **fields)
+    def send(self, kind: str, **fields: Any) -> bool:
+        """Queue one message; a chunk (``file``) waits up to node_timeout for room (the upload's pace)."""
+        if self.channel is None:
+            return False
+        bulk = kind == "file"
+        return self.channel.send(M.make(kind, **fields), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
 
     def upload(self, request: dict[str, Any], store: Any) -> None:
         if self.channel is not None:
-            store.upload(self.channel, request)
+            store.upload(self, request)
 
     def close(self) -> None:
         if self.channel is not None:
+            self.channel.drain(1.0)
             self.channel.close()
 
 

@@ -23,7 +23,7 @@ from tfdist.launch.elastic.etcd_keys import FINISH_TTL, JobKeys
 from tfdist.launch.elastic.etcd_store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
 from tfdist.launch.elastic.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
 from tfdist.launch.elastic.membership import MembershipPolicy
-from tfdist.launch.elastic.backup_copy import BackupRelay
+from tfdist.launch.elastic.backup_relay import BackupRelay
 
 TICK = 0.05
 

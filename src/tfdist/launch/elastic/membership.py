@@ -31,6 +31,9 @@ from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported
 )
 from tfdist.status import ExitStatus
 
+KEPT_EVENTS = 200
+LEFT_OUT = "... (earlier events left out)"
+
 
 class MembershipPolicy:
     """State of one job's rendezvous. Call the ``on_*`` methods as events arrive and :meth:`tick` often."""
@@ -62,8 +65,8 @@ class MembershipPolicy:
         if self.phase is Phase.DONE:
             return "the job is over", int(ExitStatus.USAGE)
         if job != self.s.job:
-            return (f"job id {job!r} does not match this rendezvous' job {self.s.job!r} (pass the same --rdzv-id "
-                    "on every machine)", int(ExitStatus.USAGE))
+            return (f"job id {job[:64]!r} is not this rendezvous' job (pass the same --rdzv-id on every machine)",
+                    int(ExitStatus.USAGE))
         if node.requested_rank is not None:
             if not 0 <= node.requested_rank < self.s.max_nodes:
                 return (f"--node-rank {node.requested_rank} is outside 0..{self.s.max_nodes - 1} for --nnodes "
@@ -80,7 +83,7 @@ class MembershipPolicy:
             return ("version mismatch: " + "; ".join(f"{n.label}: {_versions(n.versions)}" for n in (first, node))
                     + " (install the same versions on every machine)", int(ExitStatus.USAGE))
         if node.label in self.lost:
-            self.returned.append(node.label)
+            _bounded(self.returned, node.label)
         self.nodes[node.node_id] = node
         return None
 
@@ -115,8 +118,8 @@ class MembershipPolicy:
         node = self.nodes.pop(node_id, None)
         if node is None:
             return
-        self.lost.append(node.label)
-        self.history.append(f"round {max(self.round, 0)}: lost {node.label}: {reason}")
+        _bounded(self.lost, node.label)
+        _bounded(self.history, f"round {max(self.round, 0)}: lost {node.label}: {reason}")
         if node.in_round and self.phase in (Phase.RUNNING, Phase.STOPPING, Phase.FINISHING):
             self._round_lost = True
             if self.phase is Phase.RUNNING:
@@ -195,7 +198,7 @@ class MembershipPolicy:
             self.failures[name] = self.failures.get(name, 0) + 1
             if self.failures[name] >= self.s.fail_limit:
                 self.blacklist[name] = now + self.s.cooldown
-                self.history.append(f"round {self.round}: {name} failed {self.failures[name]} rounds in a row: "
+                _bounded(self.history, f"round {self.round}: {name} failed {self.failures[name]} rounds in a row: "
                                     f"left out for {self.s.cooldown:g}s")
             if self.restarts > self.s.max_restarts:
                 return self._done(int(ExitStatus.TASK_FAILED), f"tasks failed on {name}: {detail}; restart budget "
@@ -227,7 +230,7 @@ class MembershipPolicy:
             assignments.append(Assignment(node.node_id, rank, len(workers)))
             workers += [format_address(node.address, port) for port in node.ports[: node.slots]]
             node.ready, node.in_round, node.training, node.outcome, node.step = False, True, False, None, None
-        self.history.append(f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
+        _bounded(self.history, f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
                             + ", ".join(n.label for n in chosen))
         return StartRound(self.round, len(workers), tuple(workers), tuple(assignments),
                           tuple((r, n.name, n.address) for r, n in enumerate(chosen)))
@@ -236,7 +239,7 @@ class MembershipPolicy:
         self.phase = Phase.STOPPING
         self._stopping_since = now
         self._stop_reason = reason
-        self.history.append(f"round {self.round}: stopping: {reason}")
+        _bounded(self.history, f"round {self.round}: stopping: {reason}")
         self._outbox.append(Stop(tuple(n.node_id for n in self._members()), graceful, reason))
 
     def _done(self, status: int, summary: str) -> list[RoundAction]:
@@ -255,6 +258,17 @@ class MembershipPolicy:
         lines.append(f"  rounds: {self.round + 1}, restarts after failures: {self.restarts}")
         lines += [f"  {event}" for event in self.history]
         return "\n".join(lines)
+
+
+def _bounded(events: list[str], event: str) -> None:
+    """Append, keeping the first and the last :data:`KEPT_EVENTS` // 2: a flapping machine cannot grow the
+    rendezvous' memory or its report without bound."""
+    events.append(event)
+    if len(events) > KEPT_EVENTS:
+        half = KEPT_EVENTS // 2
+        if events[half] != LEFT_OUT:
+            events.insert(half, LEFT_OUT)
+        del events[half + 1]
 
 
 def _versions(versions: dict[str, str]) -> str:

@@ -1,41 +1,72 @@
-"""The rendezvous server: one TCP listener, one thread per agent connection, one loop that ticks the policy.
+"""The rendezvous server: one TCP listener, one thread per authenticated agent, one loop that ticks the policy.
 
-Mechanism only: every rule lives in :mod:`tfdist.launch.elastic.membership`. The loop also watches keep-alives: a machine that
-sends nothing for ``node_timeout`` seconds is lost even though its connection looks open (a cut cable closes
-nothing). Served by the agent on the machine that owns the ``--rdzv-endpoint`` address, or by the host-file driver.
+Mechanism only: every rule lives in :mod:`tfdist.launch.elastic.membership`. The loop also watches keep-alives: a
+machine that sends nothing for ``node_timeout`` seconds is lost even though its connection looks open (a cut cable
+closes nothing). Served by the agent on the machine that owns the ``--rdzv-endpoint`` address, or by the host-file
+driver.
+
+What a stranger can do to it is bounded: a connection must finish the handshake (``auth.py``) within
+``auth.HANDSHAKE_S`` seconds and then join; at most :data:`PENDING_PER_SOURCE` unauthenticated connections per
+address and :data:`PENDING_TOTAL` in all wait at once (more are closed at once), so idle strangers cannot keep the
+real machines out. No message is sent while the state lock is held (sends are queued per peer, ``wire.py``); a
+peer whose messages do not fit the protocol, or that stops reading, loses its own connection. Every loop reports
+what went wrong and goes on; ``accept`` survives running out of file descriptors.
 """
 from __future__ import annotations
 
+import errno
+import ipaddress
 import itertools
 import socket
 import threading
 import time
-from typing import Any, Callable
+from dataclasses import asdict
+from typing import Callable
 
+from tfdist.cluster.address import format_address
+from tfdist.launch.elastic import auth
+from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
-from tfdist.launch.elastic.membership import MembershipPolicy, Finish, Node, RendezvousSettings, StartRound, Stop
-from tfdist.launch.elastic.backup_copy import BackupRelay
+from tfdist.launch.elastic.backup_relay import BackupRelay
+from tfdist.launch.elastic.membership import Finish, MembershipPolicy, Node, RendezvousSettings, StartRound, Stop
+
+PENDING_PER_SOURCE = 4
+PENDING_TOTAL = 32
+ACCEPT_BACKOFF_S = 0.1
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listener of ``host``'s address family (an IPv6 endpoint gets an IPv6 listener)."""
+    family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    return socket.create_server((host, port), family=family, reuse_port=False)
 
 
 class RendezvousServer:
-    """Serve one job's rendezvous on ``host:port`` until the job is finished."""
+    """Serve one job's rendezvous on ``host:port`` until the job is finished. ``secret``: the job secret."""
 
-    def __init__(self, settings: RendezvousSettings, host: str, port: int, *,
+    def __init__(self, settings: RendezvousSettings, host: str, port: int, *, secret: bytes,
                  say: Callable[[str], None] = lambda _m: None) -> None:
         self.settings = settings
         self.policy = MembershipPolicy(settings, time.monotonic())
+        self._secret = secret
         self._say = say
         self._lock = threading.RLock()
         self._channels: dict[int, P.Channel] = {}
         self._last_seen: dict[int, float] = {}
+        self._pending: dict[str, int] = {}
         self._ids = itertools.count(1)
-        self._listener = socket.create_server((host, port), reuse_port=False)
+        self._listener = listen_socket(host, port)
         self.address = self._listener.getsockname()[:2]
         self.finished = threading.Event()
         self.result: Finish | None = None
         self.relay = BackupRelay(self._send, say)
         self._threads: list[threading.Thread] = []
         self.round_started_at: dict[int, float] = {}
+        self.send_timeout = max(5.0, settings.node_timeout)
+
+    @property
+    def endpoint(self) -> str:
+        return format_address(*self.address)
 
     # -- life cycle ----------------------------------------------------------------------------------------------
     def start(self) -> "RendezvousServer":
@@ -54,6 +85,7 @@ class RendezvousServer:
         return self.result
 
     def close(self) -> None:
+        self.finished.set()
         try:
             self._listener.close()
         except OSError:
@@ -61,131 +93,214 @@ class RendezvousServer:
         with self._lock:
             channels = list(self._channels.values())
         for channel in channels:
+            channel.drain(1.0)
             channel.close()
 
     # -- connections ---------------------------------------------------------------------------------------------
     def _accept_loop(self) -> None:
         while not self.finished.is_set():
             try:
-                sock, _peer = self._listener.accept()
-            except OSError:
-                return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(P.Channel(sock),), daemon=True, name="rdzv-conn").start()
+                sock, peer = self._listener.accept()
+            except OSError as bad:
+                if self.finished.is_set() or self._listener.fileno() < 0:
+                    return
+                if bad.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._say(f"cannot accept a connection ({bad.strerror}); trying again")
+                time.sleep(ACCEPT_BACKOFF_S)  # never busy-loop on a persistent error
+                continue
+            try:
+                self._admit(sock, str(peer[0]))
+            except Exception as bad:  # noqa: BLE001 - the listener outlives any one connection
+                self._say(f"dropped a connection from {format_address(str(peer[0]), peer[1])}: {bad}")
+                sock.close()
 
-    def _serve(self, channel: P.Channel) -> None:
+    def _admit(self, sock: socket.socket, source: str) -> None:
+        with self._lock:
+            waiting = self._pending.get(source, 0)
+            if waiting >= PENDING_PER_SOURCE or sum(self._pending.values()) >= PENDING_TOTAL:
+                sock.close()  # say nothing: a stranger learns only that the port is busy
+                return
+            self._pending[source] = waiting + 1
+        threading.Thread(target=self._serve, args=(sock, source), daemon=True, name="rdzv-conn").start()
+
+    def _release(self, source: str) -> None:
+        with self._lock:
+            left = self._pending.get(source, 1) - 1
+            if left > 0:
+                self._pending[source] = left
+            else:
+                self._pending.pop(source, None)
+
+    def _serve(self, sock: socket.socket, source: str) -> None:
         node_id = next(self._ids)
+        channel: P.Channel | None = None
+        reason = "its agent closed the connection"
         try:
-            channel.sock.settimeout(self.settings.node_timeout)
-            join = channel.receive()
-            channel.sock.settimeout(None)
-            if join is None or join["type"] != "join":
-                channel.send("refused", reason="expected a join message first", status=2)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                deadline = time.monotonic() + auth.HANDSHAKE_S
+                session = auth.server_handshake(sock, self._secret, auth.HANDSHAKE_S)
+                channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}")
+                sock.settimeout(max(0.05, deadline - time.monotonic()) + auth.HANDSHAKE_S)
+                join = channel.receive()
+                sock.settimeout(self.send_timeout)
+            finally:
+                self._release(source)
+            if not isinstance(join, M.Join):
+                self._refuse(channel, "expected a join message first")
                 return
-            node = _node_from_join(node_id, join)
-            with self._lock:
-                refusal = self.policy.on_join(node, str(join.get("job", "")))
-                if refusal is None:
-                    self._channels[node_id] = channel
-                    self._last_seen[node_id] = time.monotonic()
-            if refusal is not None:
-                self._say(f"refused {node.label}: {refusal[0]}")
-                channel.send("refused", reason=refusal[0], status=refusal[1])
-                return
-            channel.send("welcome", node_id=node_id)
-            self._say(f"{node.label} joined ({node.slots} worker(s))")
+            self._serve_member(node_id, channel, join)
+        except auth.AuthError:
+            sock.close()  # without a word: nothing about the job goes to a peer without the secret
+            return
+        except M.VersionError as other:
+            self._refuse(channel, str(other), versions=list(M.SPOKEN))
+            return
+        except M.ProtocolError as bad:
+            self._refuse(channel, f"not a message of this protocol: {bad}")
+            return
+        except (OSError, ValueError) as bad:
+            reason = f"bad connection: {bad}"
+        except Exception as bad:  # noqa: BLE001 - one peer's trouble never ends the server
+            reason = f"internal error while serving it: {bad!r}"
+            self._say(f"node {node_id}: {reason}")
+        finally:
+            if channel is None:
+                sock.close()
+        self._drop(node_id, channel, reason)
+
+    def _serve_member(self, node_id: int, channel: P.Channel, join: M.Join) -> None:
+        node = Node(node_id=node_id, name=join.name or join.address, address=join.address, slots=join.slots,
+                    requested_rank=join.node_rank, versions=dict(join.versions or {}))
+        with self._lock:
+            refusal = self.policy.on_join(node, join.job)
+            if refusal is None:
+                self._channels[node_id] = channel
+                self._last_seen[node_id] = time.monotonic()
+        if refusal is not None:
+            self._say(f"refused {node.label}: {refusal[0]}")
+            self._refuse(channel, refusal[0], refusal[1])
+            return
+        channel.send(M.Welcome(node_id=node_id))
+        self._say(f"{node.label} joined ({node.slots} worker(s))")
+        reason = "its agent closed the connection"
+        try:
             while True:
                 message = channel.receive()
                 if message is None:
                     break
                 self._on_message(node_id, message)
-        except (OSError, P.ProtocolError, ValueError, KeyError, TypeError) as bad:
-            reason = f"bad connection: {bad}"
-        else:
-            reason = "its agent closed the connection"
-        finally:
-            pass
+        except M.ProtocolError as bad:
+            reason = f"sent something that is not a message of this protocol ({bad})"
+            self._refuse(channel, f"not a message of this protocol: {bad}", close=False)
+        except (OSError, auth.AuthError) as bad:
+            reason = "the rendezvous closed its connection" if channel.closed else f"bad connection: {bad}"
+        self._drop(node_id, channel, channel.dropped_reason or reason)
+
+    def _refuse(self, channel: P.Channel | None, reason: str, status: int = 2, versions: list[int] | None = None,
+                *, close: bool = True) -> None:
+        if channel is None:
+            return
+        channel.send(M.Refused(reason=reason, status=status, versions=versions))
+        channel.drain(1.0)
+        if close:
+            channel.close()
+
+    def _drop(self, node_id: int, channel: P.Channel | None, reason: str) -> None:
         with self._lock:
             known = self._channels.pop(node_id, None) is not None
+            self._last_seen.pop(node_id, None)
             if known:
                 self.policy.on_lost(node_id, reason, time.monotonic())
-                self._say(f"lost node {node_id}: {reason}")
-        channel.close()
+        if known:
+            self._say(f"lost node {node_id}: {reason}")
+        if channel is not None:
+            channel.close()
 
-    def _on_message(self, node_id: int, message: dict[str, Any]) -> None:
-        kind = message["type"]
+    def _on_message(self, node_id: int, message: M.Message) -> None:
         now = time.monotonic()
+        if isinstance(message, M.File):  # forwarded outside the lock: the receivers' queues may make it wait
+            self._seen(node_id, now)  # a chunk is a sign of life, even while the forwarding waits
+            patience = min(self.send_timeout, self.settings.node_timeout / 2)
+            self.relay.on_upload(node_id, M.as_dict(message), deadline=now + patience)
+            now = time.monotonic()
         with self._lock:
-            self._last_seen[node_id] = now
-            if kind == "ready":
-                self.policy.on_ready(node_id, tuple(int(p) for p in message["ports"]), message.get("backup"))
-            elif kind == "training":
-                self.policy.on_training(node_id, int(message["round"]))
-            elif kind == "exited":
-                self.policy.on_exited(node_id, int(message["round"]), str(message["outcome"]),
-                                      message.get("step"), str(message.get("detail", "")), now)
-            elif kind == "file":
-                self.relay.on_upload(node_id, message)
+            if node_id in self._channels:
+                self._last_seen[node_id] = now
+            if isinstance(message, M.Ready):
+                self.policy.on_ready(node_id, tuple(message.ports),
+                                     None if message.backup is None else asdict(message.backup))
+            elif isinstance(message, M.Training):
+                self.policy.on_training(node_id, message.round)
+            elif isinstance(message, M.Exited):
+                self.policy.on_exited(node_id, message.round, message.outcome, message.step, message.detail, now)
 
-    def _send(self, node_id: int, kind: str, **fields: Any) -> None:
+    def _seen(self, node_id: int, now: float) -> None:
+        with self._lock:
+            if node_id in self._channels:
+                self._last_seen[node_id] = now
+
+    def _send(self, node_id: int, kind: str, wait: float = 0.0, **fields: object) -> bool:
+        """For the relay: one message to ``node_id``; ``wait`` > 0 is a chunk that may wait for room."""
         with self._lock:
             channel = self._channels.get(node_id)
-        if channel is not None:
-            channel.send(kind, **fields)
+        return channel is not None and channel.send(M.make(kind, **fields), wait=wait, bulk=wait > 0)
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def _tick_loop(self) -> None:
         interval = P.ping_interval(self.settings.node_timeout)
         last_ping = 0.0
         while not self.finished.is_set():
-            now = time.monotonic()
-            with self._lock:
-                for node_id, seen in list(self._last_seen.items()):
-                    if node_id in self._channels and now - seen > self.settings.node_timeout:
-                        self._say(f"node {node_id}: no keep-alive for {now - seen:.1f}s")
-                        self.policy.on_lost(node_id, f"no keep-alive for {self.settings.node_timeout:g}s", now)
-                        self._channels.pop(node_id).close()
-                actions = self.policy.tick(now)
-                channels = dict(self._channels)
-            for action in actions:
-                self._carry_out(action, channels)
-            if now - last_ping >= interval:
-                last_ping = now
-                for channel in channels.values():
-                    channel.send("ping")
+            try:
+                last_ping = self._tick(interval, last_ping)
+            except Exception as bad:  # noqa: BLE001 - the loop must go on: it is the job's clock
+                self._say(f"rendezvous loop: {bad!r} (going on)")
             time.sleep(0.02)
 
-    def _carry_out(self, action: object, channels: dict[int, P.Channel]) -> None:
+    def _tick(self, interval: float, last_ping: float) -> float:
+        now = time.monotonic()
+        silent: list[tuple[int, P.Channel, float]] = []
+        with self._lock:
+            for node_id, seen in list(self._last_seen.items()):
+                if node_id in self._channels and now - seen > self.settings.node_timeout:
+                    self.policy.on_lost(node_id, f"no keep-alive for {self.settings.node_timeout:g}s", now)
+                    silent.append((node_id, self._channels.pop(node_id), now - seen))
+            actions = self.policy.tick(now)
+            channels = dict(self._channels)
+            nodes = dict(self.policy.nodes)
+            round_ = self.policy.round
+        for node_id, channel, quiet in silent:
+            self._say(f"node {node_id}: no keep-alive for {quiet:.1f}s")
+            channel.close()
+        for action in actions:
+            self._carry_out(action, channels, nodes, round_)
+        if now - last_ping >= interval:
+            last_ping = now
+            for channel in channels.values():
+                channel.send(M.Ping())
+        return last_ping
+
+    def _carry_out(self, action: object, channels: dict[int, P.Channel], nodes: dict[int, Node], round_: int) -> None:
         if isinstance(action, StartRound):
             self.round_started_at[action.round] = time.monotonic()
             self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
-            restore = self.relay.plan(self.policy.nodes, action)
+            restore = self.relay.plan(nodes, action)
             for assignment in action.assignments:
                 channel = channels.get(assignment.node_id)
                 if channel is not None:
-                    channel.send("round", round=action.round, node_rank=assignment.node_rank,
-                                 world_size=action.world_size, workers=list(action.workers),
-                                 first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
-                                 restore=restore.get(assignment.node_id))
+                    channel.send(M.Round(round=action.round, node_rank=assignment.node_rank,
+                                         world_size=action.world_size, workers=list(action.workers),
+                                         first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
+                                         restore=restore.get(assignment.node_id)))
             self.relay.request_upload(action.round)
         elif isinstance(action, Stop):
             for node_id in action.node_ids:
                 channel = channels.get(node_id)
                 if channel is not None:
-                    channel.send("stop", round=self.policy.round, graceful=action.graceful, reason=action.reason)
-            self._say(f"stopping round {self.policy.round}: {action.reason}")
+                    channel.send(M.Stop(round=round_, graceful=action.graceful, reason=action.reason))
+            self._say(f"stopping round {round_}: {action.reason}")
         elif isinstance(action, Finish):
             self.result = action
             for channel in channels.values():
-                channel.send("finish", status=action.status, report=action.report)
+                channel.send(M.Finish(status=action.status, report=action.report[-M.MAX_REPORT:]))
             self.finished.set()
-
-
-def _node_from_join(node_id: int, join: dict[str, Any]) -> Node:
-    rank = join.get("node_rank")
-    slots = int(join["slots"])
-    if not 1 <= slots <= 1024:
-        raise ValueError(f"slots {slots} out of range")
-    return Node(node_id=node_id, name=str(join.get("name") or join["address"]), address=str(join["address"]),
-                slots=slots, requested_rank=None if rank is None else int(rank),
-                versions={str(k): str(v) for k, v in (join.get("versions") or {}).items()})

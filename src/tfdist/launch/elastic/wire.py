@@ -1,48 +1,31 @@
-"""The rendezvous wire protocol: line-delimited JSON over one TCP connection per agent, version 1.
+"""The rendezvous' transport: one TCP connection per agent, authenticated frames both ways, a bounded sender.
 
 Why this and not etcd or HTTP: the rendezvous must run wherever a user types ``tfdist launch``, with nothing else
 installed, and it must notice a machine that silently drops off the network. One long-lived TCP connection per
-agent carries requests, pushes (a new round, "stop now") and keep-alives both ways with the standard library alone;
-HTTP would need polling for the pushes, and etcd is a service to install and run.
+agent carries requests, pushes (a new round, "stop now") and keep-alives both ways with the standard library alone.
 
-Every message is one UTF-8 JSON object on one line, at most :data:`MAX_LINE` bytes, with ``"v"`` (the protocol
-version) and ``"type"``. A peer that sees another major version closes the connection with a ``refused`` naming
-both versions.
-
-Agent -> rendezvous:
-    ``join``     {job, name, node_rank|null, address, slots, versions{python,tfdist,tensorflow}, probe_port}
-    ``ready``    {ports[slots], backup{step, files{name: sha256}}|null}    ready for the next round
-    ``exited``   {round, outcome: succeeded|failed|preempted|stopped, step|null, detail}
-    ``ping``     {}                                                      keep-alive
-    ``file``     {name, data(base64), last}                              backup upload, when asked
-Rendezvous -> agent:
-    ``welcome``  {node_id}
-    ``refused``  {reason, status}                                        then the connection is closed
-    ``round``    {round, node_rank, world_size, cluster{worker[...]}, first_index, nodes[{rank,name,address}],
-                  restore{step, files{name: sha256}, from}|null, shared_fs}
-    ``send``     {round}                                                 upload your latest backup
-    ``file``     {name, data(base64), last}                              backup download
-    ``stop``     {round, graceful, reason}                               graceful: SIGTERM, save, exit 143
-    ``finish``   {status, report}                                        the job is over: stop, exit ``status``
-    ``ping``     {}
+A connection starts with the handshake of :mod:`tfdist.launch.elastic.auth` (nothing about the job before it);
+then every message (:mod:`tfdist.launch.elastic.messages`) is one MAC'd frame of at most ``auth.MAX_FRAME`` bytes,
+so a reader never holds more than one frame. Sending never blocks the caller: messages go into a bounded queue that
+one writer thread drains, each frame with a deadline. A peer that stops reading fills its queue or misses the
+deadline and loses its connection; nothing else waits for it.
 
 Keep-alives: each side sends ``ping`` every :func:`ping_interval` and counts the peer as lost after
 ``node_timeout`` seconds without any message (a cut link closes nothing, so a closed connection is not enough).
 """
 from __future__ import annotations
 
-import json
+import queue
 import socket
 import threading
-from typing import Any
+import time
 
-VERSION = 1
-MAX_LINE = 8 * 1024 * 1024
-FILE_CHUNK = 1024 * 1024
+from tfdist.launch.elastic import auth
+from tfdist.launch.elastic.messages import Message, ProtocolError, decode, encode
 
-
-class ProtocolError(Exception):
-    """The peer sent something that is not a message of this protocol."""
+FILE_CHUNK = 256 * 1024
+QUEUE_FRAMES = 32
+RESERVED = 8
 
 
 def ping_interval(node_timeout: float) -> float:
@@ -50,59 +33,118 @@ def ping_interval(node_timeout: float) -> float:
     return max(0.05, node_timeout / 4)
 
 
-def encode(kind: str, **fields: Any) -> bytes:
-    return (json.dumps({"v": VERSION, "type": kind, **fields}, separators=(",", ":")) + "\n").encode()
-
-
-def decode(line: bytes) -> dict[str, Any]:
-    """One line -> message. Raises ProtocolError for anything else (wrong version included)."""
-    try:
-        message = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as bad:
-        raise ProtocolError(f"not a JSON line: {bad}") from None
-    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-        raise ProtocolError("not a message object with a type")
-    if message.get("v") != VERSION:
-        raise ProtocolError(f"protocol version {message.get('v')!r}, this tfdist speaks {VERSION}")
-    return message
+class Closed(Exception):
+    """The peer closed the connection between two messages."""
 
 
 class Channel:
-    """One connection: thread-safe sends, line reads with a size cap."""
+    """One authenticated connection: queued sends drained by a writer thread, one reader (the caller)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, session: auth.Session, *, send_timeout: float,
+                 queue_frames: int | None = None, name: str = "rdzv") -> None:
         self.sock = sock
-        self._reader = sock.makefile("rb")
-        self._lock = threading.Lock()
-        self.closed = False
+        self._session = session
+        self._outbox: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_frames or QUEUE_FRAMES)
+        self._closed = threading.Event()
+        self.dropped_reason = ""
+        # One timeout for both directions: a send's whole deadline (Python >= 3.5), and how often a blocked read
+        # wakes to notice a closed channel (it just reads on).
+        sock.settimeout(send_timeout)
+        self._writer = threading.Thread(target=self._write, daemon=True, name=f"{name}-send")
+        self._writer.start()
 
-    def send(self, kind: str, **fields: Any) -> bool:
-        """Send one message; False when the connection is gone."""
-        data = encode(kind, **fields)
-        with self._lock:
-            if self.closed:
-                return False
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def send(self, message: Message, wait: float = 0.0, *, bulk: bool = False) -> bool:
+        """Queue ``message``; False when the connection is gone. ``wait``: seconds to wait for room in the queue;
+        without room in time the peer is too slow and its connection is closed. ``bulk`` (backup chunks) leaves
+        :data:`RESERVED` places free, so keep-alives and orders still fit while a copy is under way."""
+        if self.closed:
+            return False
+        payload = encode(message)
+        deadline = time.monotonic() + wait
+        if bulk:
+            while self._outbox.qsize() >= self._outbox.maxsize - RESERVED and not self.closed:
+                if time.monotonic() >= deadline:
+                    self.close("it does not read its messages")
+                    return False
+                time.sleep(0.002)
+        try:
+            if wait > 0:
+                self._outbox.put(payload, timeout=max(0.0, deadline - time.monotonic()))
+            else:
+                self._outbox.put_nowait(payload)
+            return not self.closed
+        except queue.Full:
+            self.close("it does not read its messages")
+            return False
+
+    def _write(self) -> None:
+        while True:
+            payload = self._outbox.get()
+            if payload is None or self.closed:
+                return
             try:
-                self.sock.sendall(data)
-                return True
-            except OSError:
-                self.closed = True
-                return False
+                self.sock.sendall(self._session.seal(payload))
+            except (OSError, ValueError) as bad:
+                self.close("sending to it failed or missed its deadline" if isinstance(bad, OSError) else str(bad))
+                return
 
-    def receive(self) -> dict[str, Any] | None:
-        """The next message, or None at end of stream. Raises ProtocolError, OSError."""
-        line = self._reader.readline(MAX_LINE + 1)
-        if not line:
+    def _receive_exactly(self, count: int, first: bool) -> bytes:
+        chunks, have = [], 0
+        while have < count:
+            try:
+                chunk = self.sock.recv(min(count - have, 1 << 20))
+            except socket.timeout:
+                if self.closed:
+                    raise Closed() from None
+                continue
+            if not chunk:
+                if first and have == 0:
+                    raise Closed()
+                raise ProtocolError("the connection closed in the middle of a message")
+            chunks.append(chunk)
+            have += len(chunk)
+            first = False
+        return b"".join(chunks)
+
+    def receive(self) -> Message | None:
+        """The next message, or None once the connection closed. Raises ProtocolError, AuthError, OSError."""
+        first = [True]
+
+        def receive(count: int) -> bytes:
+            data = self._receive_exactly(count, first[0])
+            first[0] = False
+            return data
+
+        try:
+            payload = self._session.read_frame(receive)
+        except Closed:
             return None
-        if len(line) > MAX_LINE:
-            raise ProtocolError("message longer than the protocol allows")
-        return decode(line)
+        return decode(payload)
 
-    def close(self) -> None:
-        with self._lock:
-            self.closed = True
+    def close(self, reason: str = "") -> None:
+        if self.closed:
+            return
+        self.dropped_reason = reason
+        self._closed.set()
+        try:
+            self._outbox.put_nowait(None)
+        except queue.Full:
+            pass
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+
+    def drain(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the queued messages to go out (a last ``finish`` or ``refused``)."""
+        deadline_thread = self._writer
+        try:
+            self._outbox.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        deadline_thread.join(timeout)

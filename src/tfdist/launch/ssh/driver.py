@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 from typing import IO, Sequence
 
 from tfdist.errors import UsageError
@@ -42,6 +43,7 @@ class DriverSpec:
     min_nodes: int
     max_nodes: int
     settings: RendezvousSettings
+    secret: bytes = field(default=b"", repr=False)  # this job's fresh secret: written to each agent's stdin only
     python: str = sys.executable
     cwd: str = ""
 
@@ -185,13 +187,12 @@ def run(spec: DriverSpec) -> int:
     """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status."""
     if not spec.hosts:
         raise UsageError("no hosts to run on")
-    first_ip = resolve(spec.hosts[0].name, "--hostfile")
+    first_ip = resolve(spec.hosts[0].name, "--hostfile", socket.AF_UNSPEC)
     listen = route_address(first_ip)
     preflight(spec, listen)
-    server = RendezvousServer(spec.settings, listen, 0,
+    server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret,
                               say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr, flush=True)).start()
-    host, port = server.address
-    print(f"tfdist: job {spec.job}: rendezvous at {host}:{port}, {len(spec.hosts)} host(s)", file=sys.stderr,
+    print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
           flush=True)
     agents: list[subprocess.Popen[bytes]] = []
     relays: list[threading.Thread] = []
@@ -207,12 +208,14 @@ def run(spec: DriverSpec) -> int:
     try:
         for rank, entry in enumerate(spec.hosts):
             argv = [spec.python, "-m", "tfdist", "launch", "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
-                    "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", spec.job, "--node-rank", str(rank),
+                    "--rdzv-endpoint", server.endpoint, "--rdzv-id", spec.job, "--node-rank", str(rank),
+                    "--rdzv-secret-file", "-",
                     "--node-name", entry.name, "-n", str(entry.slots or spec.slots), "--agent-watch-stdin",
                     *spec.agent_args, *_split_target(spec.target)[0], "--", *_split_target(spec.target)[1]]
             proc = subprocess.Popen(ssh_command(entry.host, _remote(spec, argv)), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             agents.append(proc)
+            _hand_secret(proc, spec.secret)
             for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
                 relay = threading.Thread(target=_relay, args=(stream, out), daemon=True)
                 relay.start()
@@ -233,6 +236,18 @@ def run(spec: DriverSpec) -> int:
         server.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _hand_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
+    """The job secret as the first line of the agent's stdin (``--rdzv-secret-file -``): never on a command line."""
+    from tfdist.launch.elastic.secret import encode
+
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write((encode(secret) + "\n").encode("ascii"))
+        proc.stdin.flush()
+    except OSError:
+        pass  # the agent is already gone: the job goes on without it, as with any lost machine
 
 
 def _wait_agents(agents: list[subprocess.Popen[bytes]], seconds: float) -> None:

@@ -1,0 +1,374 @@
+"""The rendezvous' messages as typed values that check their own shape when decoded.
+
+A peer is trusted with the job only after the handshake (``auth.py``); even then one bad message must cost that
+peer its connection, never the server a thread. So :func:`decode` refuses, with :class:`ProtocolError` and a short
+reason, anything that is not exactly one of the messages below: wrong types, out-of-range numbers, non-finite
+numbers (``Infinity``, ``NaN``), nesting deeper than :data:`MAX_DEPTH`, over-long strings and lists, unknown keys'
+wrong types. Numbers that are ids or counts are ints (``true`` is not a number here).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+VERSION = 1
+SPOKEN = (VERSION,)
+MAX_DEPTH = 5
+MAX_TEXT = 4096
+MAX_REPORT = 256 * 1024
+MAX_ITEMS = 4096
+MAX_SLOTS = 1024
+MAX_CHUNK_TEXT = 512 * 1024  # base64 of a 256 KiB chunk, with room
+BACKUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
+# The only files a backup holds: tf-keras' index, and one checkpoint's index and shards. No separators, no "..".
+BACKUP_FILE = re.compile(r"checkpoint|[A-Za-z0-9_-]{1,100}\.(?:index|data-[0-9]{1,6}-of-[0-9]{1,6})")
+_HEX = re.compile(r"[0-9a-f]{1,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a message of this protocol."""
+
+
+# -- field checks ----------------------------------------------------------------------------------------------
+def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise ProtocolError(f"{what}: expected text of at most {limit} characters")
+    return value
+
+
+def _int(value: Any, what: str, low: int = 0, high: int = 2**53) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{what}: expected a whole number from {low} to {high}")
+    return value
+
+
+def _maybe(check: Any, value: Any, *args: Any) -> Any:
+    return None if value is None else check(value, *args)
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{what}: expected true or false")
+    return value
+
+
+def _list(value: Any, what: str, limit: int = MAX_ITEMS) -> list[Any]:
+    if not isinstance(value, list) or len(value) > limit:
+        raise ProtocolError(f"{what}: expected a list of at most {limit} items")
+    return value
+
+
+def _object(value: Any, what: str, limit: int = MAX_ITEMS) -> dict[str, Any]:
+    if not isinstance(value, dict) or len(value) > limit:
+        raise ProtocolError(f"{what}: expected an object of at most {limit} keys")
+    return value
+
+
+def _files(value: Any, what: str) -> dict[str, str]:
+    files = _object(value, what, 1024)
+    for name, digest in files.items():
+        if not BACKUP_FILE.fullmatch(name):
+            raise ProtocolError(f"{what}: {name[:80]!r} is not a backup file name")
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise ProtocolError(f"{what}: {name} has no SHA-256")
+    return files
+
+
+def _sizes(value: Any, what: str, names: dict[str, str]) -> dict[str, int]:
+    sizes = _object(value, what, 1024)
+    if set(sizes) != set(names):
+        raise ProtocolError(f"{what}: sizes must name exactly the files listed")
+    return {name: _int(size, f"{what}.{name}", 0, 2**50) for name, size in sizes.items()}
+
+
+@dataclass(frozen=True)
+class Backup:
+    """A machine's latest complete backup (``name`` None: it has none) and its filesystem's id."""
+
+    fs: str
+    name: str | None = None
+    files: dict[str, str] | None = None
+    sizes: dict[str, int] | None = None
+
+    @classmethod
+    def check(cls, value: Any, what: str = "backup") -> "Backup":
+        raw = _object(value, what, 8)
+        fs = _text(raw.get("fs"), f"{what}.fs", 64)
+        if not _HEX.fullmatch(fs):
+            raise ProtocolError(f"{what}.fs: expected a hex id")
+        name = raw.get("name")
+        if name is None:
+            return cls(fs)
+        if not isinstance(name, str) or not BACKUP_NAME.fullmatch(name):
+            raise ProtocolError(f"{what}.name: not a checkpoint name")
+        files = _files(raw.get("files"), f"{what}.files")
+        return cls(fs, name, files, _sizes(raw.get("sizes"), f"{what}.sizes", files))
+
+
+@dataclass(frozen=True)
+class Message:
+    TYPE: ClassVar[str] = ""
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Message":
+        raise NotImplementedError
+
+    def fields(self) -> dict[str, Any]:
+        out = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            out[item.name] = asdict(value) if isinstance(value, Backup) else value
+        return out
+
+
+def _message(kind: str):  # noqa: ANN202 - a class decorator
+    def register(cls: type[Message]) -> type[Message]:
+        cls.TYPE = kind
+        KINDS[kind] = cls
+        return dataclass(frozen=True)(cls)
+    return register
+
+
+KINDS: dict[str, type[Message]] = {}
+OUTCOMES = ("succeeded", "failed", "preempted", "stopped")
+
+
+@_message("join")
+class Join(Message):
+    job: str
+    name: str
+    address: str
+    slots: int
+    node_rank: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Join":
+        versions = _object({} if raw.get("versions") is None else raw["versions"], "versions", 16)
+        for key, value in versions.items():
+            _text(key, "versions key", 64), _text(value, f"versions.{key[:20]}", 200)
+        return cls(job=_text(raw.get("job"), "job", 64), name=_text(raw.get("name"), "name", 256),
+                   address=_text(raw.get("address"), "address", 256),
+                   slots=_int(raw.get("slots"), "slots", 1, MAX_SLOTS),
+                   node_rank=_maybe(_int, raw.get("node_rank"), "node_rank", 0, 9999), versions=dict(versions))
+
+
+@_message("ready")
+class Ready(Message):
+    ports: list[int]
+    backup: Backup | None = None
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Ready":
+        ports = [_int(p, "ports[]", 1, 65535) for p in _list(raw.get("ports"), "ports", MAX_SLOTS)]
+        return cls(ports=ports, backup=_maybe(Backup.check, raw.get("backup")))
+
+
+@_message("training")
+class Training(Message):
+    round: int
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Training":
+        return cls(round=_int(raw.get("round"), "round"))
+
+
+@_message("exited")
+class Exited(Message):
+    round: int
+    outcome: str
+    step: int | None = None
+    detail: str = ""
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Exited":
+        outcome = raw.get("outcome")
+        if outcome not in OUTCOMES:
+            raise ProtocolError(f"outcome: expected one of {', '.join(OUTCOMES)}")
+        return cls(round=_int(raw.get("round"), "round"), outcome=outcome,
+                   step=_maybe(_int, raw.get("step"), "step"), detail=_text(raw.get("detail", ""), "detail"))
+
+
+@_message("ping")
+class Ping(Message):
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Ping":
+        return cls()
+
+
+@_message("file")
+class File(Message):
+    name: str
+    data: str
+    end: bool = False
+    last: bool = False
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "File":
+        name = _text(raw.get("name"), "name", 200)
+        if not BACKUP_FILE.fullmatch(name):
+            raise ProtocolError(f"name: {name[:80]!r} is not a backup file name")
+        return cls(name=name, data=_text(raw.get("data"), "data", MAX_CHUNK_TEXT),
+                   end=_flag(raw.get("end", False), "end"), last=_flag(raw.get("last", False), "last"))
+
+
+@_message("welcome")
+class Welcome(Message):
+    node_id: int
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Welcome":
+        return cls(node_id=_int(raw.get("node_id"), "node_id"))
+
+
+@_message("refused")
+class Refused(Message):
+    reason: str
+    status: int = 2
+    versions: list[int] | None = None
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Refused":
+        versions = raw.get("versions")
+        return cls(reason=_text(raw.get("reason"), "reason"), status=_int(raw.get("status", 2), "status", 0, 255),
+                   versions=None if versions is None else [_int(v, "versions[]") for v in _list(versions, "v", 16)])
+
+
+@_message("round")
+class Round(Message):
+    round: int
+    node_rank: int
+    world_size: int
+    workers: list[str]
+    first_index: int
+    nodes: list[list[Any]]
+    restore: dict[str, Any] | None = None
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Round":
+        workers = [_text(w, "workers[]", 300) for w in _list(raw.get("workers"), "workers")]
+        nodes = []
+        for node in _list(raw.get("nodes"), "nodes"):
+            rank, name, address = _list(node, "nodes[]", 3) + [None] * (3 - len(node))
+            nodes.append([_int(rank, "nodes[].rank"), _text(name, "nodes[].name", 256),
+                          _text(address, "nodes[].address", 256)])
+        restore = raw.get("restore")
+        if restore is not None:
+            backup = Backup.check({**_object(restore, "restore", 8), "fs": "0"}, "restore")
+            if backup.name is None:
+                raise ProtocolError("restore: names no checkpoint")
+            restore = {"name": backup.name, "files": backup.files, "sizes": backup.sizes,
+                       "from": _text(restore.get("from", ""), "restore.from", 300)}
+        return cls(round=_int(raw.get("round"), "round"), node_rank=_int(raw.get("node_rank"), "node_rank"),
+                   world_size=_int(raw.get("world_size"), "world_size", 1, 2**20), workers=workers,
+                   first_index=_int(raw.get("first_index"), "first_index"), nodes=nodes, restore=restore)
+
+
+@_message("send")
+class Send(Message):
+    round: int
+    name: str
+    files: dict[str, str]
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Send":
+        name = _text(raw.get("name"), "name", 100)
+        if not BACKUP_NAME.fullmatch(name):
+            raise ProtocolError("name: not a checkpoint name")
+        return cls(round=_int(raw.get("round"), "round"), name=name, files=_files(raw.get("files"), "files"))
+
+
+@_message("stop")
+class Stop(Message):
+    round: int
+    graceful: bool
+    reason: str = ""
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Stop":
+        return cls(round=_int(raw.get("round"), "round"), graceful=_flag(raw.get("graceful"), "graceful"),
+                   reason=_text(raw.get("reason", ""), "reason"))
+
+
+@_message("finish")
+class Finish(Message):
+    status: int
+    report: str = ""
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Finish":
+        return cls(status=_int(raw.get("status"), "status", 0, 255),
+                   report=_text(raw.get("report", ""), "report", MAX_REPORT))
+
+
+# -- encoding --------------------------------------------------------------------------------------------------
+def encode(message: Message) -> bytes:
+    body = {"v": VERSION, "type": message.TYPE, **message.fields()}
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ProtocolError(f"{name} is not a number this protocol accepts")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ProtocolError("a number out of range")
+    return value
+
+
+def nesting(payload: bytes) -> int:
+    """How deep ``[``/``{`` nest in ``payload``, strings left out: checked before the JSON parser recurses."""
+    deepest = depth = 0
+    for char in _STRING.sub("", payload.decode("latin-1")):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def decode(payload: bytes) -> Message:
+    """One frame's payload -> a checked message. Raises ProtocolError, :class:`VersionError` for another version."""
+    if nesting(payload) > MAX_DEPTH:
+        raise ProtocolError(f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        raw = json.loads(payload, parse_constant=_refuse_constant, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError, RecursionError) as bad:
+        raise ProtocolError(str(bad) if isinstance(bad, ProtocolError) else "not a JSON message") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise ProtocolError("not a message object with a type")
+    if type(raw.get("v")) is not int or raw["v"] != VERSION:
+        raise VersionError(raw.get("v"))
+    kind = KINDS.get(raw["type"])
+    if kind is None:
+        raise ProtocolError(f"unknown message type {raw['type'][:40]!r}")
+    return kind.check(raw)
+
+
+class VersionError(ProtocolError):
+    """The peer speaks another protocol version; answer with :data:`SPOKEN` (after the handshake only)."""
+
+    def __init__(self, version: Any) -> None:
+        shown = version if isinstance(version, int) and not isinstance(version, bool) else "unknown"
+        super().__init__(f"protocol version {shown}; this tfdist speaks {', '.join(map(str, SPOKEN))}")
+
+
+def make(kind: str, **fields: Any) -> Message:
+    """The message ``kind`` with ``fields``, checked as a receiver would check it (we never send a bad one)."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    return cls.check({"v": VERSION, "type": kind, **fields})
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    """``{"type": ..., **fields}``: the form the agent and the etcd backend handle (``backend.py``)."""
+    return {"type": message.TYPE, **message.fields()}

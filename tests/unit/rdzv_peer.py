@@ -1,0 +1,103 @@
+"""A live rendezvous server on loopback and raw peers that talk to it, honestly or not (for the trust tests)."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Iterator
+
+from tfdist.launch.elastic import auth
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic import wire
+from tfdist.launch.elastic.membership import RendezvousSettings
+from tfdist.launch.elastic.server import RendezvousServer
+
+SECRET = bytes(range(100, 132))
+VERSIONS = {"python": "3", "tfdist": "1", "tensorflow": "2"}
+
+
+@contextlib.contextmanager
+def live_server(host: str = "127.0.0.1", secret: bytes = SECRET, said: list[str] | None = None,
+                **settings: object) -> Iterator[RendezvousServer]:
+    values = dict(job="job", min_nodes=1, max_nodes=2, node_timeout=2.0, rdzv_timeout=60.0, first_round_wait=0.0)
+    values.update(settings)
+    server = RendezvousServer(RendezvousSettings(**values), host, 0, secret=secret,  # type: ignore[arg-type]
+                              say=(said.append if said is not None else lambda _m: None)).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g}s")
+        time.sleep(0.02)
+
+
+class Peer:
+    """One connection to the server: a real handshake (``secret``), typed sends and receives."""
+
+    def __init__(self, server: RendezvousServer, secret: bytes = SECRET, *, read_timeout: float = 5.0,
+                 receive_buffer: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET6 if ":" in server.address[0] else socket.AF_INET)
+        if receive_buffer:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(5.0)
+        self.sock.connect(server.address[:2])
+        self.session = auth.agent_handshake(self.sock, secret)
+        self.sock.settimeout(read_timeout)
+        self.channel = wire.Channel(self.sock, self.session, send_timeout=5.0)
+        self.channel.sock.settimeout(read_timeout)
+
+    def send(self, message: M.Message, wait: float = 0.0) -> None:
+        assert self.channel.send(message, wait=wait, bulk=wait > 0)
+
+    def send_raw(self, payload: bytes) -> None:
+        """A frame with a valid MAC around any payload: what a member with the secret could send."""
+        self.channel.drain(1.0)
+        self.sock.sendall(self.session.seal(payload))
+
+    def receive(self, kinds: tuple[type, ...] = (M.Message,), timeout: float = 5.0) -> M.Message | None:
+        """The next message of one of ``kinds`` (pings skipped unless asked for); None when the server closed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                message = self.channel.receive()
+            except (OSError, M.ProtocolError, auth.AuthError):
+                return None
+            if message is None:
+                return None
+            if isinstance(message, kinds) and (M.Ping in kinds or not isinstance(message, M.Ping)):
+                return message
+        raise AssertionError(f"no {[k.__name__ for k in kinds]} within {timeout:g}s")
+
+    def join(self, name: str = "m", *, job: str = "job", slots: int = 1, rank: int | None = None,
+             address: str = "127.0.0.1") -> M.Message | None:
+        self.send(M.Join(job=job, name=name, address=address, slots=slots, node_rank=rank, versions=dict(VERSIONS)))
+        return self.receive((M.Welcome, M.Refused))
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def closed_without_a_word(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True when the server closes ``sock`` having sent nothing."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def stranger(server: RendezvousServer, source: str = "127.0.0.2") -> socket.socket:
+    """A plain TCP connection to the server from another loopback address (its own per-source budget)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.settimeout(5.0)
+    sock.connect(server.address[:2])
+    return sock

@@ -1,0 +1,76 @@
+"""The job secret file: made 0600, refused when others can read it or it is too short, never overwritten."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tfdist.errors import UsageError
+from tfdist.launch.elastic import secret
+
+
+def test_a_new_secret_file_is_0600_and_256_bits(tmp_path):
+    path = tmp_path / "job.secret"
+    secret.write_new(str(path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    value = secret.load(str(path))
+    assert len(value) * 8 == 256
+    assert [p.name for p in tmp_path.iterdir()] == ["job.secret"]  # no temporary left behind
+
+
+def test_an_existing_secret_is_never_overwritten(tmp_path):
+    path = tmp_path / "job.secret"
+    secret.write_new(str(path))
+    before = path.read_text()
+    with pytest.raises(UsageError, match="exists"):
+        secret.write_new(str(path))
+    assert path.read_text() == before
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o602])
+def test_a_secret_others_can_access_is_refused_naming_the_file(tmp_path, mode):
+    path = tmp_path / "job.secret"
+    path.write_text("ab" * 32 + "\n")
+    path.chmod(mode)
+    with pytest.raises(UsageError) as refused:
+        secret.load(str(path))
+    assert str(path) in refused.value.one_line() and "chmod 600" in refused.value.one_line()
+
+
+@pytest.mark.parametrize("text, words", [("ab" * 15, "120-bit"), ("", "does not hold"), ("zz" * 32, "does not hold"),
+                                         ("abc" * 11, "does not hold"), ("\xff" * 40, "does not hold")])
+def test_a_short_or_malformed_secret_is_refused(tmp_path, text, words):
+    path = tmp_path / "job.secret"
+    path.write_bytes(text.encode("latin-1"))
+    path.chmod(0o600)
+    with pytest.raises(UsageError, match=words) as refused:
+        secret.load(str(path))
+    assert str(path) in refused.value.one_line()
+
+
+def test_exactly_128_bits_is_enough(tmp_path):
+    path = tmp_path / "job.secret"
+    path.write_text("0f" * 16)
+    path.chmod(0o600)
+    assert secret.load(str(path)) == bytes([15] * 16)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    path = tmp_path / "job.secret"
+    os.mkfifo(path, 0o600)
+    with pytest.raises(UsageError, match="not a regular file"):
+        secret.load(str(path))
+
+
+def test_a_missing_file_is_one_line_naming_it(tmp_path):
+    with pytest.raises(UsageError, match="cannot read it") as refused:
+        secret.load(str(tmp_path / "nope"))
+    assert "nope" in refused.value.one_line()
+
+
+def test_the_derived_job_id_is_stable_and_depends_on_the_secret():
+    one, two = b"a" * 16, b"b" * 16
+    assert secret.derived_job_id(one) == secret.derived_job_id(one)
+    assert secret.derived_job_id(one) != secret.derived_job_id(two)
+    assert one.hex() not in secret.derived_job_id(one)
