@@ -207,3 +207,40 @@ def test_verify_reports_xla_outcome_next_to_the_prediction() -> None:
     assert xla_findings({"ran": True, "ok": True}, predicted)[0].id == "xla-prediction-wrong"
     assert xla_findings({"ran": True, "ok": True}, ()) == []
     assert xla_findings({"ran": False, "reason": "TensorFlow lists no GPU"}, predicted) == []
+
+
+def test_fix_line_survives_a_folder_with_spaces() -> None:
+    import shlex
+
+    elsewhere = CudaRoot("/opt/my cuda", "$CUDA_HOME", True, True, True)
+    xla = XlaFacts(probed=True, roots=(CudaRoot("./cuda_sdk_lib", "default"), CudaRoot(".", "cwd")), elsewhere=(elsewhere,))
+    fix = check_xla(build_context(_facts(xla=xla)))[0].fix or ""
+    assert shlex.split(fix) == ["export", "XLA_FLAGS=--xla_gpu_cuda_data_dir=/opt/my cuda"]
+
+
+def _builder():  # the scenario builder (tests/fixtures/doctor/builder.py)
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "doctor" / "builder.py"
+    spec = importlib.util.spec_from_file_location("doctor_fixture_builder_xla", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("tf, wheel, picked", [("2.15.0", "tensorflow-2.15.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "/usr/bin/ptxas"),
+                                               ("2.18.0", "tensorflow-2.18.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "cuda_nvcc/bin/ptxas")])
+def test_newer_xla_skips_a_ptxas_older_than_11_8(tmp_path: Path, tf: str, wheel: str, picked: str) -> None:
+    from tfdist.doctor.core import collect_facts
+
+    machine = {
+        "ptxas": {"/usr/bin/ptxas": "11.5.119"},
+        "env": {"PATH": "{root}/usr/bin"},
+        "site": {"dists": {"tensorflow": tf, "nvidia-cuda-nvcc-cu12": "12.5.82"}, "build_info": wheel,
+                 "nvidia_libs": {"cuda_nvcc": ["ptxas", "nvvm/libdevice/libdevice.10.bc"]}},
+    }
+    facts = collect_facts(_builder().build_machine(tmp_path, "ptxas-order", machine))
+    ptxas = facts.xla.ptxas
+    assert ptxas is not None and ptxas.path.endswith(picked)
+    assert bool(ptxas.skipped) == (tf == "2.18.0")  # 2.18+ says why it passed over /usr/bin/ptxas
