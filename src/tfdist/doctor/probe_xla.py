@@ -274,6 +274,12 @@ def probe_xla(roots: ProbeRoots, tensorflow: TensorFlowFacts, conda: CondaFacts)
     found = [_root(path, label) for path, label in candidates]
     chosen = next((r.path for r in found if r.libdevice_dir), None)
     searched = {os.path.realpath(r.path) for r in found}
+    elsewhere = _elsewhere(roots, conda, searched)
+    # A file that some nvvm/libdevice folder already reaches (Debian links /usr/lib/cuda/nvvm/libdevice to it) is
+    # not loose.
+    reached = {
+        os.path.realpath(os.path.join(r.path, "nvvm", "libdevice", "libdevice.10.bc")) for r in found + elsewhere if r.libdevice
+    }
     return XlaFacts(
         probed=True,
         xla_flags=raw,
@@ -283,8 +289,8 @@ def probe_xla(roots: ProbeRoots, tensorflow: TensorFlowFacts, conda: CondaFacts)
         roots=tuple(found),
         libdevice_root=chosen,
         ptxas=_find_ptxas(roots, version, data_dir, candidates, tensorflow, conda),
-        elsewhere=tuple(_elsewhere(roots, conda, searched)),
-        loose_libdevice=tuple(_loose_libdevice(roots, conda)),
+        elsewhere=tuple(elsewhere),
+        loose_libdevice=tuple(p for p in _loose_libdevice(roots, conda) if os.path.realpath(p) not in reached),
         nvcc_packages=tuple(_nvcc_packages(tensorflow, conda)),
         cuda_env={k: env[k] for k in ("CUDA_DIR", "CUDA_HOME", "CUDA_PATH") if env.get(k)},
     )
