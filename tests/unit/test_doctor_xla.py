@@ -244,3 +244,21 @@ def test_newer_xla_skips_a_ptxas_older_than_11_8(tmp_path: Path, tf: str, wheel:
     ptxas = facts.xla.ptxas
     assert ptxas is not None and ptxas.path.endswith(picked)
     assert bool(ptxas.skipped) == (tf == "2.18.0")  # 2.18+ says why it passed over /usr/bin/ptxas
+
+
+def test_nvcc_package_for_another_cuda_major() -> None:
+    from dataclasses import replace
+
+    from tfdist.doctor.facts import CondaFacts, CondaPackage
+
+    xla = XlaFacts(probed=True, roots=(_WHEEL,), libdevice_root=_WHEEL.path,
+                   ptxas=Ptxas("/site/nvidia/cuda_nvcc/bin/ptxas", "wheel", "12.5.82", "ptxas --version"))
+    facts = _facts(driver_cuda="12.8", xla=xla)
+    assert _ids(facts) == {}
+    pip_cu11 = replace(facts, tensorflow=replace(facts.tensorflow, nvidia_wheels={"nvidia-cuda-nvcc-cu11": "11.8.89"}))
+    finding = check_xla(build_context(pip_cu11))[0]
+    assert finding.id == "xla-nvcc-wheel-mismatch" and finding.fix == (
+        "pip uninstall -y nvidia-cuda-nvcc-cu11 && pip install 'nvidia-cuda-nvcc-cu12==12.5.82'"
+    )
+    conda_cu11 = replace(facts, conda=CondaFacts(prefix="/env", packages=(CondaPackage("cuda-nvcc", "11.3.58", channel="nvidia"),)))
+    assert _ids(conda_cu11) == {"xla-nvcc-wheel-mismatch": "warning"}

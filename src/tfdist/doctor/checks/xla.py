@@ -146,7 +146,8 @@ def check_libdevice(ctx: Context) -> list[Finding]:
                 alternatives=_alternatives(ctx, fix),
                 detail=detail_fit + "'Can't find libdevice directory ${CUDA_DIR}/nvvm/libdevice' then "
                 "'libdevice not found at ./libdevice.10.bc'. XLA reads neither CUDA_DIR nor LD_LIBRARY_PATH here; "
-                "only the folders above and --xla_gpu_cuda_data_dir in XLA_FLAGS.",
+                "only the folders above and --xla_gpu_cuda_data_dir in XLA_FLAGS. TF_XLA_FLAGS cannot switch "
+                "jit_compile=True off (it only steers auto-clustering): without a libdevice, train without XLA.",
             )
         )
         return findings
@@ -291,6 +292,19 @@ def check_nvcc_packages(ctx: Context) -> list[Finding]:
                     f"{dist} {version} is for CUDA {dist[len('nvidia-cuda-nvcc-cu'):]}, TensorFlow {ctx.tf_version} needs CUDA {major}",
                     (f"pip: {dist} {version}", f"TensorFlow {ctx.tf_version} built with CUDA {ctx.cuda}"),
                     fix=f"pip uninstall -y {dist} && pip install '{fixes.pip_nvcc_requirement(ctx)}'",
+                )
+            )
+    for package in ctx.facts.conda.packages:
+        parts = vtuple(package.version)
+        own = str(parts[0]) if parts else ""
+        if package.name in ("cuda-nvcc", "cuda-nvcc-tools") and own and own != major:
+            findings.append(
+                Finding(
+                    "xla-nvcc-wheel-mismatch",
+                    WARNING if ctx.gpu_wanted else INFO,
+                    f"conda {package.name} {package.version} is for CUDA {own}, TensorFlow {ctx.tf_version} needs CUDA {major}",
+                    (f"conda: {package.name} {package.version} ({package.channel})", f"TensorFlow {ctx.tf_version} built with CUDA {ctx.cuda}"),
+                    fix=fixes.package_fix(ctx),
                 )
             )
     return findings
