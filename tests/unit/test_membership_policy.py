@@ -184,3 +184,65 @@ def test_an_interrupt_saves_everywhere_then_ends_with_the_signal_status():
     stop_all(policy, 11.0)
     (finish,) = policy.tick(11.0)
     assert finish.status == 143
+
+
+def _fail_round(policy: MembershipPolicy, now: float) -> list:
+    """Node 2's tasks fail in the current round at ``now``; every machine confirms its stop; the tick after."""
+    policy.on_exited(2, policy.round, "failed", 10, "worker:2 exited 1", now=now)
+    policy.tick(now)
+    stop_all(policy, now)
+    return policy.tick(now + 0.01)
+
+
+@pytest.mark.parametrize("backoff, first_delay, second_delay", [(0.0, 0.0, 0.0), (2.0, 2.0, 4.0), (20.0, 20.0, 30.0)])
+def test_backoff_delays_each_next_round_doubling_as_on_one_machine(backoff, first_delay, second_delay):
+    policy, _ = running(max_restarts=5, fail_limit=99, backoff=backoff)
+    for failed_at, delay in ((20.0, first_delay), (100.0, second_delay)):
+        assert _fail_round(policy, failed_at) == []
+        if delay:
+            assert policy.tick(failed_at + 0.01 + delay - 0.1) == []  # not before the back-off
+        (start,) = policy.tick(failed_at + 0.02 + delay)
+        assert isinstance(start, StartRound)
+
+
+@pytest.mark.parametrize("window, second_failure_at, job_over", [
+    (0.0, 50.0, True),  # no window: one restart, ever
+    (60.0, 50.0, True),  # the first restart is still inside the window
+    (60.0, 200.0, False),  # the first restart has left the window: it no longer counts
+])
+def test_restart_window_lets_old_restarts_expire_as_on_one_machine(window, second_failure_at, job_over):
+    policy, _ = running(max_restarts=1, fail_limit=99, restart_window=window)
+    _fail_round(policy, 20.0)
+    assert isinstance(policy.tick(20.1)[0], StartRound)
+    actions = _fail_round(policy, second_failure_at)
+    if job_over:
+        (finish,) = actions
+        assert isinstance(finish, Finish) and finish.status == 3 and "restart budget (1" in finish.report
+    else:
+        assert actions == [] and isinstance(policy.tick(second_failure_at + 0.1)[0], StartRound)
+
+
+def test_the_report_has_the_single_machine_shape():
+    from tfdist.launch.outcome import Attempt, Cause, LaunchResult, render_report, render_success
+
+    policy, _ = running()
+    for node_id in (1, 2, 3):
+        policy.on_exited(node_id, 0, "succeeded", 120, "", now=30.0)
+    (finish,) = policy.tick(30.1)
+    for node_id in (1, 2, 3):  # the agents leave once the job is over
+        policy.on_lost(node_id, "its agent closed the connection", now=31.0)
+    single = render_success(LaunchResult(run_id="j", log_dir="/x"))
+    assert finish.report.splitlines()[0] == single == "tfdist: job j succeeded after 0 restart(s)"
+    assert "succeeded: succeeded" not in finish.report and "lost" not in policy.report(0, "succeeded")
+
+    policy, _ = running(max_restarts=0)
+    policy.on_exited(2, 0, "failed", 10, "worker:2 exited 1", now=20.0)
+    policy.tick(20.0)
+    stop_all(policy, 21.0)
+    (finish,) = policy.tick(21.0)
+    single = render_report(LaunchResult(run_id="j", log_dir="/x", attempts=[Attempt(0, Cause.TASK_FAILED, 1.0)]))
+    first, *rest = finish.report.splitlines()
+    assert first.startswith("tfdist: job j did not succeed after 1 attempt(s)")
+    assert single.splitlines()[0].startswith("tfdist: job j did not succeed after 1 attempt(s)")
+    assert rest[0] == single.splitlines()[1] == "attempts:" and rest[1].startswith("  #0: ")
+    assert finish.report.splitlines()[-1] == "root cause (attempt #0): m2 (198.18.0.2): worker:2 exited 1"

@@ -1,4 +1,4 @@
-"""``tfdist launch``: start and supervise the tasks of a distributed job on this machine."""
+"""``tfdist launch``: start and supervise the tasks of a distributed job, on this machine or across machines."""
 from __future__ import annotations
 
 import json
@@ -63,11 +63,15 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
 def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
             launcher_metrics_port: int | None, tf_log_level: str, live: bool | None, **flags: object) -> int:
-    """Start and supervise a distributed TensorFlow job on this machine.
+    """Start and supervise a distributed TensorFlow job, on this machine or across machines.
 
-    Builds each task's TF_CONFIG, starts every task in its own process group with its output prefixed and logged,
-    tears the whole group down on the first failure and restarts it (training resumes from its checkpoint), and
-    prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
+    On one machine (the default) it builds each task's TF_CONFIG, starts every task in its own process group with
+    its output prefixed and logged, tears the whole group down on the first failure and restarts it (training
+    resumes from its checkpoint), and prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
+
+    Across machines, --hostfile/--hosts starts an agent on every host over ssh, and --nnodes with --rdzv-endpoint
+    is the same command run on every machine; each machine runs its share of the workers as above, and every flag
+    keeps its meaning there or is refused by name.
     """
     from tfdist.cluster import is_loopback
     from tfdist.launch.local.ports import check_ports
@@ -83,7 +87,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
                                        env=parse_env_pairs(env_pairs)), os.environ)
         shape = ("-m",) if module else ("--no-python",) if no_python else ()
         return run_multi(multi, flags, command_line, shape + tuple(target), parse_env_pairs(env_pairs), legacy,
-                         env_pairs)
+                         env_pairs, dry_run=dry_run, live=live, tf_log_level=tf_log_level,
+                         launcher_metrics_port=launcher_metrics_port)
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
     environ = _with_tf_log_level(tf_log_level)

@@ -126,33 +126,36 @@ def job_secret(multi: dict[str, Any], *, required: bool = True) -> tuple[bytes, 
     return value, job_id(multi["rdzv_id"]) if multi["rdzv_id"] else secret.derived_job_id(value)
 
 
-def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, ...], target: tuple[str, ...],
-              env: tuple[tuple[str, str], ...], legacy_keras: bool, raw_env: tuple[str, ...]) -> int:
-    """Validate the multi-machine flags and run the driver (host file) or this machine's agent (rendezvous)."""
-    for flag in ("chief", "evaluator"):
-        if flags.get(flag):
-            raise UsageError(f"--{flag} is not supported across machines yet",
-                             hint="multi-machine jobs run workers; worker 0 on node rank 0 is the chief")
-    if flags.get("ps"):
-        raise UsageError("--ps is not supported across machines yet", hint="use MultiWorkerMirroredStrategy")
-    if flags["workers"] < 1:
-        raise UsageError("-n/--workers must be at least 1 per machine")
-    hostfile_mode = bool(multi["hostfile"] or multi["hosts"])
-    if hostfile_mode and (multi["rdzv_endpoint"] or multi["nnodes"]):
+def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: Any, target: tuple[str, ...],
+              env: tuple[tuple[str, str], ...], legacy_keras: bool, raw_env: tuple[str, ...], *,
+              dry_run: bool = False, live: bool | None = None, tf_log_level: str = "auto",
+              launcher_metrics_port: int | None = None) -> int:
+    """Check every flag against the across-machines table (:mod:`tfdist.cli.launch_parity`), then run (or with
+    ``dry_run`` print) the driver (host file) or this machine's agent (rendezvous). Nothing starts, and nothing is
+    contacted, before every check passed."""
+    from tfdist.cli.launch_parity import HOSTFILE, RENDEZVOUS, refuse_unsupported
+    from tfdist.protocol import refuse_protected
+
+    mode = HOSTFILE if multi["hostfile"] or multi["hosts"] else RENDEZVOUS
+    if mode == HOSTFILE and (multi["rdzv_endpoint"] or multi["nnodes"]):
         raise UsageError("--hostfile/--hosts and --nnodes/--rdzv-endpoint are two ways in: use one",
                          hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
+    given = _given_flags()
+    refuse_unsupported(mode, given)
+    if flags["workers"] < 1:
+        raise UsageError("-n/--workers must be at least 1 per machine")
+    refuse_protected(name for name, _ in env)  # TF_CONFIG and the other protocol variables: before anything starts
     if multi["hostfile"] and multi["hosts"]:
         raise UsageError("give --hostfile or --hosts, not both")
-    if hostfile_mode and multi.get("rdzv_backend") == "etcd":
-        raise UsageError("--rdzv-backend etcd runs with --nnodes/--rdzv-endpoint (the same command on every machine)",
-                         hint="host-file jobs use the built-in rendezvous of the machine that starts them")
-    passthrough = _agent_args(multi, flags, raw_env)
-    if hostfile_mode:
-        for name in ("rdzv_secret_file", "rdzv_insecure"):
-            if multi[name]:
-                raise UsageError(f"--{name.replace('_', '-')} is for --rdzv-endpoint",
-                                 hint="with a host file every job gets a fresh secret, handed to the agents over ssh")
-        return _run_hostfile(multi, flags, target, passthrough)
+    if mode == RENDEZVOUS:
+        from tfdist.cli.launch import _check_gpus_exist
+
+        _check_gpus_exist(flags.get("gpus_per_task"))  # as on one machine: never train on the CPU unawares
+    options = _task_options(flags, "job_name" in given, tf_log_level if mode == RENDEZVOUS else None)
+    if mode == HOSTFILE:
+        passthrough = _agent_args(multi, flags, raw_env, tf_log_level, launcher_metrics_port,
+                                  job_name=flags["job_name"] if "job_name" in given else None)
+        return _run_hostfile(multi, flags, target, passthrough, dry_run=dry_run)
     if not multi["rdzv_endpoint"]:
         raise UsageError("--nnodes needs --rdzv-endpoint HOST:PORT", hint="the same endpoint on every machine")
     low, high = parse_nnodes(multi["nnodes"] or "1")
@@ -175,6 +178,12 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
     secret, job = job_secret(multi, required=etcd is None)
     if etcd is not None and multi["rdzv_insecure"]:
         secret = b""
+    if multi["node_address"] is not None:
+        from tfdist.launch.elastic.netaddr import is_unroutable
+
+        if is_unroutable(multi["node_address"]):
+            raise UsageError(f"--node-address {multi['node_address']} cannot be reached from other machines",
+                             hint="give this machine's address on the network the machines share")
     spec = AgentSpec(job=job, secret=secret, endpoint_host=host, endpoint_port=port, min_nodes=low,
                      max_nodes=high, slots=flags["workers"], command=command, node_rank=multi["node_rank"],
                      node_address=multi["node_address"], node_name=multi["node_name"],
@@ -184,36 +193,95 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: tuple[str, 
                      warm_spares=bool(flags["warm_spares"]) and (flags["max_restarts"] > 0 or low < high),
                      max_restarts=flags["max_restarts"], env=env, log_dir=flags["log_dir"],
                      legacy_keras=legacy_keras, checkpoint_dir=multi["checkpoint_dir"],
-                     watch_stdin=multi["agent_watch_stdin"], versions=versions(), etcd=etcd)
-    if multi["node_address"] is not None:
-        from tfdist.launch.elastic.netaddr import is_unroutable
+                     watch_stdin=multi["agent_watch_stdin"], versions=versions(), etcd=etcd,
+                     restart_window=flags["restart_window"], backoff=flags["backoff"], port_base=flags["port_base"],
+                     launcher_metrics_port=launcher_metrics_port, tasks=options)
+    if dry_run:
+        from tfdist.cli.launch_plan import print_machine_plan
 
-        if is_unroutable(multi["node_address"]):
-            raise UsageError(f"--node-address {multi['node_address']} cannot be reached from other machines",
-                             hint="give this machine's address on the network the machines share")
-    return Agent(spec).run()
+        return print_machine_plan(spec, legacy_keras)
+    if flags["log_dir"] is not None:
+        from tfdist.launch.local.command_check import check_log_dir
+
+        check_log_dir(flags["log_dir"])
+    if spec.port_base is not None:
+        from tfdist.launch.local.ports import ports_from_base
+
+        ports_from_base(spec.port_base, spec.slots, "0.0.0.0")  # every port free, before joining
+    from tfdist.launch.console.liveview import watch
+
+    agent = Agent(spec)
+    with watch(agent, live=live):  # the run record (tfdist status/logs) and, on a terminal, the live lines
+        return agent.run()
 
 
-def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str, ...]) -> tuple[str, ...]:
+def _given_flags() -> dict[str, str]:
+    """The flags set by the user (command line, environment twin or config file) to something other than their
+    default, as parameter name -> flag. ``--no-live`` asks for nothing either and is left out."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    given = {}
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source in (None, ParameterSource.DEFAULT):
+            continue
+        if param.name == "live" and not ctx.params.get("live", True):
+            continue
+        if param.name in ctx.params and ctx.params[param.name] == param.default:
+            continue  # set to its default: asks for nothing that could be refused
+        given[param.name] = max(param.opts, key=len)
+    return given
+
+
+def _task_options(flags: dict[str, Any], named: bool, tf_log_level: str | None) -> Any:
+    from tfdist.launch.elastic.node_group import TaskOptions
+
+    level = None
+    if tf_log_level is not None:
+        import os
+
+        from tfdist.launch.console.tflog import LEVEL_VARIABLE, choose_level
+        from tfdist.launch.local.taskenv import visible_gpus
+
+        has_gpus = tf_log_level == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
+        level = choose_level(tf_log_level, os.environ, has_gpus)
+    return TaskOptions(job_name=flags["job_name"] if named else None, thread_caps=bool(flags["thread_caps"]),
+                       nccl_debug=bool(flags["nccl_debug"]), metrics_port=flags["metrics_port"],
+                       metrics_host=flags["metrics_host"], tf_log_level=level,
+                       show_output=bool(flags["tee"]) or flags["log_dir"] is None)
+
+
+def _agent_args(multi: dict[str, Any], flags: dict[str, Any], raw_env: tuple[str, ...], tf_log_level: str,
+                launcher_metrics_port: int | None, *, job_name: str | None) -> tuple[str, ...]:
+    """The flags every host's agent gets: each with its single-machine meaning on that host."""
     args = ["--node-timeout", str(multi["node_timeout"]), "--rdzv-timeout", str(multi["rdzv_timeout"]),
             "--rdzv-last-call", str(multi["rdzv_last_call"]), "--grace-period", str(flags["grace_period"]),
             "--hang-timeout", str(flags["hang_timeout"]),
-            "--max-restarts", str(flags["max_restarts"])]
-    if multi["checkpoint_dir"]:
-        args += ["--checkpoint-dir", multi["checkpoint_dir"]]
-    if not flags.get("warm_spares", True):
-        args += ["--no-warm-spares"]
-    if flags.get("gpus_per_task"):
-        args += ["--gpus-per-task", str(flags["gpus_per_task"])]
-    if flags.get("log_dir"):
-        args += ["--log-dir", flags["log_dir"]]
+            "--max-restarts", str(flags["max_restarts"]), "--tf-log-level", tf_log_level,
+            "--metrics-host", flags["metrics_host"]]
+    valued = {"--job-name": job_name, "--checkpoint-dir": multi["checkpoint_dir"],
+              "--gpus-per-task": flags.get("gpus_per_task"),
+              "--log-dir": flags.get("log_dir"), "--port-base": flags.get("port_base"),
+              "--metrics-port": flags.get("metrics_port"), "--launcher-metrics-port": launcher_metrics_port}
+    for flag, value in valued.items():
+        if value:
+            args += [flag, str(value)]
+    switches = {"--no-warm-spares": not flags.get("warm_spares", True), "--thread-caps": flags.get("thread_caps"),
+                "--nccl-debug": flags.get("nccl_debug"), "--tee": flags.get("tee"),
+                "--allow-keras3": flags.get("allow_keras3")}
+    args += [flag for flag, on in switches.items() if on]
     for pair in raw_env:
         args += ["--env", pair]
     return tuple(args)
 
 
 def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[str, ...],
-                  agent_args: tuple[str, ...]) -> int:
+                  agent_args: tuple[str, ...], *, dry_run: bool) -> int:
     from tfdist.launch.elastic.membership import RendezvousSettings
     from tfdist.cluster.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
     from tfdist.launch.ssh.driver import DriverSpec, run
@@ -235,10 +303,15 @@ def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[st
     from tfdist.launch.elastic.secret import new_secret
 
     settings = RendezvousSettings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
-                        rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
-                        max_restarts=flags["max_restarts"],
-                        stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)
+                                  rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
+                                  max_restarts=flags["max_restarts"], restart_window=flags["restart_window"],
+                                  backoff=flags["backoff"],
+                                  stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)
     spec = DriverSpec(hosts=tuple(entries), slots=flags["workers"], target=target, agent_args=agent_args, job=job,
-                      secret=new_secret(),
-                      min_nodes=low, max_nodes=len(entries), settings=settings)
+                      secret=b"" if dry_run else new_secret(), min_nodes=low, max_nodes=len(entries),
+                      settings=settings)
+    if dry_run:
+        from tfdist.cli.launch_plan import print_hostfile_plan
+
+        return print_hostfile_plan(spec)
     return run(spec)

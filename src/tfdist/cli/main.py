@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lock": ("tfdist.cli.lock", "Pin a reproducible TensorFlow environment with hashes."),
     "docker": ("tfdist.cli.docker", "Write a Dockerfile that matches the GPU stack."),
     "setup-gpu": ("tfdist.cli.setup_gpu", "Write a script that installs a fitting NVIDIA driver."),
-    "launch": ("tfdist.cli.launch", "Start and supervise distributed TensorFlow tasks on this machine."),
+    "launch": ("tfdist.cli.launch", "Start and supervise distributed TensorFlow tasks, here or across machines."),
     "status": ("tfdist.cli.status", "Show how a launched job is doing: each task's state, step and loss."),
     "logs": ("tfdist.cli.logs", "Print or follow (-f) the task logs of a launched job."),
     "dump": ("tfdist.cli.dump", "Dump every task's Python stacks and say which task stopped first."),

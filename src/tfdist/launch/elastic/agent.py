@@ -20,11 +20,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfdist.launch.elastic import machine_run
 from tfdist.launch.elastic.membership import RendezvousSettings
-from tfdist.launch.elastic.node_group import NodeGroup
+from tfdist.launch.elastic.node_group import NodeGroup, TaskOptions
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
-from tfdist.launch.local.ports import free_ports
+from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.protocol import Command
 from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
@@ -66,6 +67,16 @@ class AgentSpec:
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
     etcd: Any = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
     secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
+    restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
+    backoff: float = 0.0
+    port_base: int | None = None  # --port-base: this machine's workers listen on consecutive ports from here
+    launcher_metrics_port: int | None = None  # this agent's own metrics (rounds, its workers' states)
+    tasks: TaskOptions = field(default_factory=TaskOptions)
+
+    @property
+    def job_name(self) -> str:
+        """The label of the run record and metrics: ``--job-name``, else the job id."""
+        return self.tasks.job_name or self.job
 
 
 class Agent:
@@ -80,7 +91,13 @@ class Agent:
         self.address = ""
         self._deferred: dict[str, Any] | None = None
         self.spares: SparePool | None = None
+        # One run per machine: its record, folder and live view follow the single-machine launcher's layout.
+        self.run_id = f"{spec.job[:48]}-{uuid.uuid4().hex[:8]}"
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
+        self.state = "starting"
+        self.result: machine_run.AgentResult | None = None
+        self.before_log_cleanup: Any = None  # the live view's last look before a temporary folder goes
+        self.metrics: Any = None  # LauncherMetrics with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshot_dir: str | None = None  # this machine's shared-memory snapshots, kept across rounds
 
@@ -96,6 +113,7 @@ class Agent:
         return RendezvousSettings(job=self.spec.job, min_nodes=self.spec.min_nodes, max_nodes=self.spec.max_nodes,
                                   node_timeout=self.spec.node_timeout, rdzv_timeout=self.spec.rdzv_timeout,
                                   first_round_wait=self.spec.first_round_wait, max_restarts=self.spec.max_restarts,
+                                  restart_window=self.spec.restart_window, backoff=self.spec.backoff,
                                   stop_timeout=self.spec.grace_period + self.spec.node_timeout + 5)
 
     def _open_link(self, rdzv_ip: str) -> RendezvousBackend:
@@ -121,7 +139,10 @@ class Agent:
         self.say(f"serving the rendezvous for job {self.spec.job} on {self.server.endpoint}")
 
     def _ready(self, address: str) -> None:
-        ports = free_ports(self.spec.slots, address)
+        if self.spec.port_base is not None:
+            ports = ports_from_base(self.spec.port_base, self.spec.slots, address)
+        else:
+            ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
         self.link.send("ready", ports=ports, backup=backup)
 
@@ -143,7 +164,11 @@ class Agent:
                 pass
         try:
             self.snapshot_dir = create_snapshot_folder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
-            return self._run()
+            self._start_metrics()
+            status = self._run()
+            self.result = machine_run.AgentResult(machine_run.cause_of(status), max(0, self.round))
+            self.state = self.result.cause.value
+            return status
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
@@ -152,8 +177,23 @@ class Agent:
             if self.server is not None:
                 self.server.wait(timeout=2.0)
                 self.server.close()
+            if self.metrics is not None:
+                self.metrics.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)  # type: ignore[arg-type]
+            self._clean_up_folder()
+
+    def _start_metrics(self) -> None:
+        self.metrics = machine_run.start_metrics(self.spec.launcher_metrics_port, self.spec.job_name,
+                                                 self.spec.tasks.metrics_host, self.say)
+
+    def _task_states(self, state: str) -> None:
+        if self.group is not None:
+            machine_run.set_task_states(self.metrics, self.group.plans, state)
+
+    def _clean_up_folder(self) -> None:
+        machine_run.clean_up_folder(self.log_dir, temporary=self.spec.log_dir is None, result=self.result,
+                                    last_look=self.before_log_cleanup, say=self.say)
 
     def _run(self) -> int:
         rdzv_ip = resolve(self.spec.endpoint_host, "--rdzv-endpoint", socket.AF_UNSPEC)
@@ -233,11 +273,16 @@ class Agent:
         self.group = NodeGroup(
             command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
-            log_dir=os.path.join(self.log_dir, f"round-{self.round}"), env=dict(self.spec.env),
+            log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
-            gpus_per_task=self.spec.gpus_per_task, spares=self.spares, snapshot_dir=self.snapshot_dir)
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares, snapshot_dir=self.snapshot_dir,
+            options=self.spec.tasks)
         self.group.start()
+        self.state = "running"
+        if self.metrics is not None and self.round > 0:
+            self.metrics.restart()
+        self._task_states("running")
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
                  f"on {len(message['nodes'])} machine(s)")
 
@@ -287,6 +332,7 @@ class Agent:
             self.spares.discard_all()
 
     def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
+        self._task_states(outcome)
         step = step if step is None or step >= 0 else None
         self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail[:4096])
 
@@ -307,3 +353,4 @@ class Agent:
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None
         self.link.close()
+

@@ -19,7 +19,9 @@ Rules (torchrun's, with Horovod's blacklist):
   at the current step: the preemption path) once every machine of the round trains;
 - a failure is blamed on a machine only when no machine was lost in the same round (a lost peer makes the others'
   collectives fail too); a machine blamed ``fail_limit`` rounds in a row is left out for ``cooldown`` seconds;
-- failures count against ``max_restarts``; lost machines and scale-ups do not (MIN decides those).
+- failures count against ``max_restarts`` within ``restart_window`` and wait ``backoff`` (doubling) before the next
+  round, by the single-machine launcher's own rule (:class:`~tfdist.launch.local.restart.RestartPolicy`); lost
+  machines and scale-ups do not count (MIN decides those).
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from tfdist.cluster.address import format_address
 from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
 )
+from tfdist.launch.local.restart import RestartPolicy
+from tfdist.launch.outcome import Cause
 from tfdist.status import ExitStatus
 
 KEPT_EVENTS = 200
@@ -48,6 +52,9 @@ class MembershipPolicy:
         self.lost: list[str] = []
         self.returned: list[str] = []
         self.restarts = 0
+        self._budget = RestartPolicy(max_restarts=settings.max_restarts, window=settings.restart_window,
+                                     backoff=settings.backoff)
+        self._not_before = now  # no round starts before this (the back-off after a failure)
         self.failures: dict[str, int] = {}
         self.blacklist: dict[str, float] = {}
         self.history: list[str] = []
@@ -116,8 +123,8 @@ class MembershipPolicy:
 
     def on_lost(self, node_id: int, reason: str, now: float) -> None:
         node = self.nodes.pop(node_id, None)
-        if node is None:
-            return
+        if node is None or self.phase is Phase.DONE:
+            return  # once the job is over, the agents leaving is no loss
         _bounded(self.lost, node.label)
         _bounded(self.history, f"round {max(self.round, 0)}: lost {node.label}: {reason}")
         if node.in_round and self.phase in (Phase.RUNNING, Phase.STOPPING, Phase.FINISHING):
@@ -156,6 +163,8 @@ class MembershipPolicy:
 
     def _tick_waiting(self, now: float) -> list[RoundAction]:
         eligible = self._eligible(now)
+        if now < self._not_before:
+            return []
         if len(eligible) >= self.s.min_nodes:
             if self.min_reached_at is None:
                 self.min_reached_at = now
@@ -194,15 +203,20 @@ class MembershipPolicy:
         self.min_reached_at = None
         if failure is not None and not self._round_lost:
             name, detail = failure
-            self.restarts += 1
             self.failures[name] = self.failures.get(name, 0) + 1
             if self.failures[name] >= self.s.fail_limit:
                 self.blacklist[name] = now + self.s.cooldown
                 _bounded(self.history, f"round {self.round}: {name} failed {self.failures[name]} rounds in a row: "
                                     f"left out for {self.s.cooldown:g}s")
-            if self.restarts > self.s.max_restarts:
+            decision = self._budget.after(Cause.TASK_FAILED, now)
+            if not decision.restart:
+                window = f" within {self.s.restart_window:g}s" if self.s.restart_window > 0 else ""
                 return self._done(int(ExitStatus.TASK_FAILED), f"tasks failed on {name}: {detail}; restart budget "
-                                  f"({self.s.max_restarts}) spent")
+                                  f"({self.s.max_restarts}{window}) spent")
+            self.restarts += 1
+            self._not_before = now + decision.delay
+            if decision.delay:
+                _bounded(self.history, f"round {self.round}: next round in {decision.delay:g}s (--backoff)")
         return []
 
     # -- helpers -------------------------------------------------------------------------------------------------
@@ -247,16 +261,26 @@ class MembershipPolicy:
         return [Finish(status, self.report(status, summary))]
 
     def report(self, status: int, summary: str) -> str:
-        verdict = "succeeded" if status == 0 else "did not succeed"
-        lines = [f"tfdist: job {self.s.job} {verdict}: {summary}"]
+        """The closing report, in the single-machine launcher's shape (:func:`tfdist.launch.outcome.render_success`
+        and ``render_report``): one verdict line, then a line per attempt (here: a round and what happened in it)."""
+        rounds = self.round + 1
+        if status == 0:
+            lines = [f"tfdist: job {self.s.job} succeeded after {self.restarts} restart(s)"]
+        else:
+            lines = [f"tfdist: job {self.s.job} did not succeed after {rounds} attempt(s): {summary}"]
         if self.lost:
             still = [name for name in self.lost if name not in self.returned]
             lines.append("  lost machines: " + ", ".join(self.lost)
                          + (f" (not back: {', '.join(still)})" if still and still != self.lost else ""))
         if self.blacklist:
             lines.append("  left out after repeated failures: " + ", ".join(self.blacklist))
-        lines.append(f"  rounds: {self.round + 1}, restarts after failures: {self.restarts}")
-        lines += [f"  {event}" for event in self.history]
+        if self.history:
+            lines.append("attempts:")
+            lines += [f"  #{event[len('round '):]}" if event.startswith("round ") else f"  {event}"
+                      for event in self.history]
+        if status != 0 and self._round_failure is not None:
+            name, detail = self._round_failure
+            lines.append(f"root cause (attempt #{max(self.round, 0)}): {name}: {detail}")
         return "\n".join(lines)
 
 

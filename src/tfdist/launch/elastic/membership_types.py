@@ -28,6 +28,8 @@ class RendezvousSettings:
     rdzv_timeout: float = 300.0
     first_round_wait: float = 3.0  # torchrun's "last call": once MIN are there, wait this long for up to MAX
     max_restarts: int = 3
+    restart_window: float = 0.0  # --restart-window: a restart older than this no longer counts (0: never expires)
+    backoff: float = 0.0  # --backoff: seconds before the first restart after a failure; doubles, capped at 30 s
     fail_limit: int = 2
     cooldown: float = 300.0
     after_success: float = 10.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from typing import Mapping
 
 from tfdist import constants as C
@@ -22,14 +23,38 @@ from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
+from tfdist.launch.console.tflog import LEVEL_VARIABLE
 from tfdist.launch.process.spare_pool import SparePool
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """The single-machine flags that shape each local task, with the meaning they have on one machine.
+
+    Attributes:
+        job_name: ``--job-name``, the label of logs and metrics (None: the job id).
+        thread_caps: ``--thread-caps``: this machine's cores shared among its own workers.
+        nccl_debug: ``--nccl-debug``: ``NCCL_DEBUG=INFO`` for every task.
+        metrics_port: ``--metrics-port``: worker ``i`` (its index in the whole job) serves on this + ``i``.
+        metrics_host: ``--metrics-host``.
+        tf_log_level: ``--tf-log-level`` as ``TF_CPP_MIN_LOG_LEVEL`` (None: the tasks inherit this process').
+        show_output: print the tasks' output here (``--tee``, or no ``--log-dir``); the log files get it anyway.
+    """
+
+    job_name: str | None = None
+    thread_caps: bool = False
+    nccl_debug: bool = False
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    tf_log_level: int | None = None
+    show_output: bool = True
 
 
 class NodeConsole(Console):
     """Console lines prefixed ``[node<rank> worker:<i>]`` instead of ``[worker:<i>]``."""
 
-    def __init__(self, node_rank: int) -> None:
-        super().__init__(enabled=True)
+    def __init__(self, node_rank: int, *, enabled: bool = True, tf_log_level: int | None = None) -> None:
+        super().__init__(enabled=enabled, tf_log_level=tf_log_level)
         self.node = f"node{node_rank}"
 
     def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
@@ -43,14 +68,18 @@ class NodeGroup:
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
                  max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
                  spares: SparePool | None = None, base_env: Mapping[str, str] | None = None,
-                 snapshot_dir: str | None = None) -> None:
+                 snapshot_dir: str | None = None, options: TaskOptions = TaskOptions()) -> None:
         layout = ClusterLayout(worker=workers)
         local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
         # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
-        self.spec = LaunchSpec(command=command, workers=slots, job_name=job, max_restarts=max_restarts,
+        self.spec = LaunchSpec(command=command, workers=slots, job_name=options.job_name or job,
+                               max_restarts=max_restarts,
                                env=tuple(env.items()), timeouts=timeouts, cluster=layout, local_tasks=local,
-                               warm_spares=False)
+                               warm_spares=False, thread_caps=options.thread_caps, nccl_debug=options.nccl_debug,
+                               metrics_port=options.metrics_port, metrics_host=options.metrics_host)
         environ = dict(os.environ if base_env is None else base_env)
+        if options.tf_log_level is not None:
+            environ[LEVEL_VARIABLE] = str(options.tf_log_level)
         plans = [p for p in plan_tasks(self.spec, layout, run_id=f"{job}-r{round_}", attempt=round_,
                                        log_dir=log_dir, legacy_keras=legacy_keras, environ=environ,
                                        snapshot_dir=snapshot_dir)
@@ -62,7 +91,8 @@ class NodeGroup:
                                                       gpu_map[TaskId(p.task_type, p.task_index)]}) for p in plans]
         self.plans = plans
         self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
-                               console=NodeConsole(node_rank), spares=spares)
+                               console=NodeConsole(node_rank, enabled=options.show_output,
+                                                   tf_log_level=options.tf_log_level), spares=spares)
         self.spare_env = {**environ, **shared_env(self.spec, legacy_keras, environ)}  # what a warm spare imports with
         self.reported_training = False
         self.spares_filled = False

@@ -210,9 +210,10 @@ class RendezvousServer:
         with self._lock:
             known = self._channels.pop(node_id, None) is not None
             self._last_seen.pop(node_id, None)
-            if known:
+            over = self.finished.is_set()  # agents leave once the job is over: no loss to report
+            if known and not over:
                 self.policy.on_lost(node_id, reason, time.monotonic())
-        if known:
+        if known and not over:
             self._say(f"lost node {node_id}: {reason}")
         if channel is not None:
             channel.close()

@@ -65,6 +65,18 @@ def _remote(spec: DriverSpec, argv: Sequence[str]) -> str:
     return f"cd {shlex.quote(spec.cwd or os.getcwd())} && exec env {shlex.join([*env, *argv])}"
 
 
+def agent_ssh_command(spec: DriverSpec, rank: int, endpoint: str) -> list[str]:
+    """The ssh command that starts host ``rank``'s agent, joining the rendezvous at ``endpoint`` (``host:port``)."""
+    entry = spec.hosts[rank]
+    shape, rest = _split_target(spec.target)
+    argv = [spec.python, "-m", "tfdist", "launch", "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", spec.job, "--node-rank", str(rank),
+            "--rdzv-secret-file", "-",  # the job's secret comes over ssh's stdin, never on a command line
+            "--node-name", entry.name, "-n", str(entry.slots or spec.slots), "--agent-watch-stdin",
+            *spec.agent_args, *shape, "--", *rest]
+    return ssh_command(entry.host, _remote(spec, argv))
+
+
 # ---------------------------------------------------------------------------------------------------- preflight
 
 
@@ -207,12 +219,7 @@ def run(spec: DriverSpec) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         for rank, entry in enumerate(spec.hosts):
-            argv = [spec.python, "-m", "tfdist", "launch", "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
-                    "--rdzv-endpoint", server.endpoint, "--rdzv-id", spec.job, "--node-rank", str(rank),
-                    "--rdzv-secret-file", "-",
-                    "--node-name", entry.name, "-n", str(entry.slots or spec.slots), "--agent-watch-stdin",
-                    *spec.agent_args, *_split_target(spec.target)[0], "--", *_split_target(spec.target)[1]]
-            proc = subprocess.Popen(ssh_command(entry.host, _remote(spec, argv)), stdin=subprocess.PIPE,
+            proc = subprocess.Popen(agent_ssh_command(spec, rank, server.endpoint), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             agents.append(proc)
             _hand_secret(proc, spec.secret)

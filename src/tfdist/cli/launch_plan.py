@@ -1,0 +1,90 @@
+"""``tfdist launch --dry-run`` across machines: what would run where, printed without starting or contacting anything.
+
+- rendezvous mode (``--nnodes``/``--rdzv-endpoint``): this machine's share, planned by the agent's own parts
+  (:class:`~tfdist.launch.elastic.node_group.NodeGroup`), so each task's environment and command are the ones a real
+  round would use; only TF_CONFIG waits for the rendezvous, which sends the whole cluster when a round starts.
+- host-file mode: for each host, the ssh command that would start its agent and the workers it would run.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from tfdist.status import ExitStatus
+
+# Stands for what only exists once the job starts: the rendezvous' port, chosen by the launcher that serves it.
+ENDPOINT_PLACEHOLDER = "<this-machine>:<port-chosen-at-start>"
+
+
+def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
+    """This machine's tasks of a rendezvous-mode job (``spec``: an AgentSpec)."""
+    from tfdist.cluster.address import format_address
+    from tfdist.launch.console.tflog import LEVEL_VARIABLE
+    from tfdist.launch.elastic.node_group import NodeGroup
+    from tfdist.launch.spec import Timeouts
+
+    rank = spec.node_rank
+    first = (rank or 0) * spec.slots
+    # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
+    workers = tuple(f"192.0.2.{i % 250 + 1}:{1024 + i}" for i in range(first + spec.slots))
+    group = NodeGroup(command=spec.command, workers=workers, first_index=first, slots=spec.slots,
+                      node_rank=rank or 0, round_=0, job=spec.job, log_dir=f"{spec.log_dir or '<log-dir>'}/attempt-0",
+                      env=dict(spec.env), legacy_keras=legacy_keras, max_restarts=spec.max_restarts,
+                      timeouts=Timeouts(grace=spec.grace_period, hang=spec.hang_timeout),
+                      gpus_per_task=spec.gpus_per_task, options=spec.tasks)
+    endpoint = format_address(spec.endpoint_host, spec.endpoint_port)
+    machines = f"{spec.min_nodes}" if spec.min_nodes == spec.max_nodes else f"{spec.min_nodes}:{spec.max_nodes}"
+    print(f"dry run: job {spec.job}, {machines} machine(s) meeting at the rendezvous {endpoint} (served by the "
+          "machine that owns that address)")
+    where = f"node rank {rank}" if rank is not None else "node rank by order of arrival"
+    ports = (f"ports {spec.port_base}-{spec.port_base + spec.slots - 1}" if spec.port_base is not None
+             else "free ports chosen when a round starts")
+    named = "".join(f", {what} {value}" for what, value in (("name", spec.node_name), ("address", spec.node_address))
+                    if value)
+    print(f"this machine: {where}{named}, {spec.slots} worker(s), {ports}")
+    print(f"timeouts: grace {spec.grace_period:g}s, hang {spec.hang_timeout:g}s, node {spec.node_timeout:g}s, "
+          f"rendezvous {spec.rdzv_timeout:g}s, last call {spec.first_round_wait:g}s")
+    print(_restarts(spec.max_restarts, spec.restart_window, spec.backoff))
+    shown = "shown here and logged" if spec.tasks.show_output else "logged only (--log-dir without --tee)"
+    print(f"output: {shown} in {spec.log_dir or 'a temporary folder, removed when the job succeeds'}")
+    if spec.launcher_metrics_port is not None:
+        print(f"launcher metrics: {format_address(spec.tasks.metrics_host, spec.launcher_metrics_port)}")
+    if spec.checkpoint_dir:
+        print(f"backups: the latest complete one in {spec.checkpoint_dir} is copied to machines that lack it")
+    print(f"every task: {LEVEL_VARIABLE}={group.group.base_env.get(LEVEL_VARIABLE, '(inherited)')}")
+    for plan in group.plans:
+        index = f"worker {plan.task_index}" if rank is not None else f"worker {plan.task_index - first} + the " \
+                                                                     "workers of the machines ranked before it"
+        print(f"[{plan.name}]")
+        print(f"  TF_CONFIG=<the whole cluster, sent by the rendezvous when a round starts; this task: {index}>")
+        for key, value in plan.environment().items():
+            if key != "TF_CONFIG":
+                print(f"  {key}={value}")
+        print(f"  command: {shlex.join(plan.command.argv())}")
+    print(f"dry run: {len(group.plans)} task(s) planned on this machine, none started, no connection made")
+    return ExitStatus.SUCCESS
+
+
+def print_hostfile_plan(spec: Any) -> int:
+    """Every host's agent of a host-file job (``spec``: a DriverSpec)."""
+    from tfdist.launch.ssh.driver import agent_ssh_command
+
+    print(f"dry run: job {spec.job} on {len(spec.hosts)} host(s) ({spec.min_nodes} needed to train); the rendezvous "
+          "is served here, on a port chosen at start")
+    settings = spec.settings
+    print(_restarts(settings.max_restarts, settings.restart_window, settings.backoff))
+    first = 0
+    for rank, entry in enumerate(spec.hosts):
+        slots = entry.slots or spec.slots
+        names = ", ".join(f"worker:{i}" for i in range(first, first + slots))
+        print(f"[host {entry.name}] node rank {rank}: {names}")
+        print(f"  ssh: {shlex.join(agent_ssh_command(spec, rank, ENDPOINT_PLACEHOLDER))}")
+        first += slots
+    print(f"dry run: {first} task(s) planned on {len(spec.hosts)} host(s), none started, no connection made")
+    return ExitStatus.SUCCESS
+
+
+def _restarts(budget: int, window: float, backoff: float) -> str:
+    within = f" within {window:g}s" if window > 0 else ""
+    wait = f", {backoff:g}s before the first (doubling, at most 30s)" if backoff > 0 else ""
+    return f"restarts after a failure: up to {budget}{within}{wait}"

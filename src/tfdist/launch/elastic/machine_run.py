@@ -1,0 +1,65 @@
+"""What one machine's agent keeps of a multi-machine run, as the single-machine launcher keeps of its own: how the
+job ended in the launcher's words (for the run record that ``tfdist status`` reads), the launcher's own metrics on
+``--launcher-metrics-port``, and the temporary run folder, removed when the job did not fail."""
+from __future__ import annotations
+
+import shutil
+import signal
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from tfdist.launch.outcome import Cause
+from tfdist.status import ExitStatus
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How this machine saw the job end (read by :func:`tfdist.launch.console.liveview.watch`)."""
+
+    cause: Cause
+    restarts: int
+
+
+def cause_of(status: int) -> Cause:
+    """The single-machine launcher's word for how the job ended, from the exit status the rendezvous gave."""
+    if status == ExitStatus.SUCCESS:
+        return Cause.SUCCEEDED
+    if status in (ExitStatus.PREEMPTED, 128 + signal.SIGHUP):
+        return Cause.PREEMPTED
+    if status == ExitStatus.CTRL_C:
+        return Cause.INTERRUPTED
+    return Cause.TASK_FAILED
+
+
+def start_metrics(port: int | None, job_name: str, host: str, say: Callable[[str], None]) -> Any:
+    """The agent's LauncherMetrics served on ``port`` (None without ``--launcher-metrics-port``)."""
+    if port is None:
+        return None
+    from tfdist.observability.launcher_metrics import LauncherMetrics
+
+    metrics = LauncherMetrics(job_name)
+    say(f"launcher metrics at {metrics.start(port, host).url}")
+    return metrics
+
+
+def set_task_states(metrics: Any, plans: Iterable[Any], state: str) -> None:
+    if metrics is not None:
+        for plan in plans:
+            metrics.set_task_state(plan.task_type, plan.task_index, state)
+
+
+def clean_up_folder(log_dir: str, *, temporary: bool, result: AgentResult | None,
+                    last_look: Callable[[], Any] | None, say: Callable[[str], None]) -> None:
+    """Remove a temporary run folder as the single-machine launcher does: kept after a failure (its logs are the
+    evidence), removed otherwise, after the live view's last look (``last_look``)."""
+    if not temporary:
+        return
+    if result is None or result.cause is Cause.TASK_FAILED:
+        say(f"logs kept in {log_dir}")
+        return
+    if last_look is not None:
+        try:
+            last_look()
+        except Exception:  # noqa: BLE001 - the view's last look must not keep the folder
+            pass
+    shutil.rmtree(log_dir, ignore_errors=True)
