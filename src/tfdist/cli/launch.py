@@ -24,8 +24,11 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
 @option("--ps", type=click.IntRange(0, 256), default=0, show_default=True, help="Parameter-server tasks.")
 @option("--chief", is_flag=True, help="Add a chief task (else worker 0 plays the chief).")
 @option("--evaluator", is_flag=True, help="Add an evaluator task (outside the training cluster).")
-@option("--max-restarts", type=click.IntRange(0), default=0, show_default=True,
-        help="Restart the whole group this many times after a failure.")
+@option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
+        help="Restart the whole group this many times after a failure; the same exception at the same line in two "
+        "attempts in a row stops it early.")
+@option("--restart-after-training", is_flag=True,
+        help="Also restart (retraining) after a failure that came once every training task's fit had returned.")
 @option("--restart-window", type=click.FloatRange(0), default=0.0, show_default=True,
         help="Seconds after which a restart no longer counts against --max-restarts (0: never).")
 @option("--backoff", type=click.FloatRange(0), default=1.0, show_default=True,
@@ -52,6 +55,9 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
 @option("--warm-spares/--no-warm-spares", default=True, show_default=True,
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
+@option("--bootstrap/--no-bootstrap", default=True, show_default=True,
+        help="Run tfdist's task bootstrap in Python tasks: a plain tf.distribute script reports step, loss, state "
+        "and errors (see README); off: nothing of tfdist runs in the tasks.")
 @option("--thread-caps/--no-thread-caps", default=False, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
 @option("--live/--no-live", default=None,
@@ -66,8 +72,10 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     """Start and supervise a distributed TensorFlow job, on this machine or across machines.
 
     On one machine (the default) it builds each task's TF_CONFIG, starts every task in its own process group with
-    its output prefixed and logged, tears the whole group down on the first failure and restarts it (training
-    resumes from its checkpoint), and prints a root-cause report if the job fails. The job succeeds when the chief (or worker 0) exits 0.
+    its output prefixed and logged, tears the whole group down on the first failure and restarts it, up to
+    --max-restarts times (training resumes from its checkpoint; the same error at the same line twice in a row, or a
+    failure after training finished, is not retried), and prints a root-cause report if the job fails. The job
+    succeeds when the chief (or worker 0) exits 0.
 
     Across machines, --hostfile/--hosts starts an agent on every host over ssh, and --nnodes with --rdzv-endpoint
     is the same command run on every machine; each machine runs its share of the workers as above, and every flag

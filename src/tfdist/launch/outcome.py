@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tfdist.launch.local.clues import FailureSite, failure_site
 from tfdist.protocol import ErrorRecord
 from tfdist.status import ExitStatus
 
@@ -63,6 +64,11 @@ class TaskFailure:
             return self.error.traceback
         return "".join(self.stderr_tail)
 
+    @property
+    def site(self) -> FailureSite | None:
+        """Where the script raised and what (from its error record, else its stderr), when that can be told."""
+        return failure_site(self.traceback)
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -77,6 +83,7 @@ class Attempt:
     transient: bool = False  # failed the way a machine short of threads or processes does: worth a retry
     hang_report: str = ""  # the flight recorder's report, written before the group was stopped
     hang_verdict: tuple[str, ...] = ()  # its verdict: which task stopped first and where, then the others
+    after_training: bool = False  # failed once every training task's training (fit) had finished
 
 
 @dataclass
@@ -113,6 +120,20 @@ class LaunchResult:
         return max(0, len(self.attempts) - 1)
 
 
+def repeated_failure(attempts: list[Attempt]) -> str | None:
+    """``ZeroDivisionError at train.py:63`` when the last two attempts failed with the same exception at the same
+    ``file:line`` (a deterministic failure: another restart would fail the same way); else None."""
+    if len(attempts) < 2:
+        return None
+    previous, last = attempts[-2], attempts[-1]
+    if Cause.TASK_FAILED not in (previous.cause, last.cause) or previous.cause is not last.cause:
+        return None
+    sites = [a.failure.site if a.failure else None for a in (previous, last)]
+    if sites[0] is None or sites[0] != sites[1]:
+        return None
+    return f"{sites[1].exception} at {sites[1].where}"  # type: ignore[union-attr]
+
+
 def render_report(result: LaunchResult) -> str:
     """The root-cause report printed last when a launch did not succeed (plain text, paste-friendly)."""
     lines = [f"tfdist: job {result.run_id} did not succeed after {len(result.attempts)} attempt(s); "
@@ -133,6 +154,10 @@ def render_report(result: LaunchResult) -> str:
     if final is not None and final.failure is not None:
         failure = final.failure
         lines.append(f"root cause (attempt #{final.number}): {failure.headline}")
+        site = failure.site
+        if final.after_training:
+            where = f", in {site.where}" if site else ""
+            lines.append(f"  {failure.task} failed after training finished{where}")
         lines.append(f"  log: {failure.log_path}")
         tb = failure.traceback.rstrip()
         if tb:

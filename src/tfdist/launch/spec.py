@@ -57,6 +57,10 @@ class LaunchSpec:
         warm_spares: with restarts allowed, keep one process per task with TensorFlow already imported, so a
             restarted group skips that import (see ``tfdist.launch.process.spare_process``).
         thread_caps: cap each task's TensorFlow/OpenMP thread pools to its share of the cores.
+        bootstrap: run the task bootstrap (``tfdist.runtime.bootstrap``) in each Python task, so that a plain script
+            sends heartbeats, states and its error record; False: the script runs with nothing of tfdist in it.
+        restart_after_training: restart the group after a failure that came once every training task's ``fit``
+            had returned (retraining everything); False: report it and stop.
         job_name: a label for logs and metrics.
         timeouts: every wait (see :class:`Timeouts`).
         cluster: the whole job's addresses when given from outside (a per-machine agent of a multi-machine job);
@@ -86,6 +90,8 @@ class LaunchSpec:
     allow_keras3: bool = False
     warm_spares: bool = True
     thread_caps: bool = False
+    bootstrap: bool = True
+    restart_after_training: bool = False
     job_name: str = "tfdist"
     timeouts: Timeouts = field(default_factory=Timeouts)
     cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)

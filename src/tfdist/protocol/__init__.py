@@ -11,7 +11,9 @@ are re-exported so callers can write ``from tfdist import protocol as P``; each 
 """
 from __future__ import annotations
 
-from tfdist.protocol.plan import BOOTSTRAP_SITE, Command, TaskPlan, bootstrap_environment  # noqa: F401 - re-exported
+from tfdist.protocol.plan import (  # noqa: F401 - re-exported
+    BOOTSTRAP_SITE, Command, TaskPlan, bootstrap_environment, forget_bootstrap,
+)
 from tfdist.protocol.records import (  # noqa: F401 - re-exported
     MODULES_SUFFIX, PREEMPTED_EXIT_CODE, PROTOCOL_VERSION, ErrorRecord, HeartbeatRecord, TaskState,
     loaded_library_modules, read_error, read_heartbeat, read_modules, write_error, write_heartbeat, write_modules,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, MutableMapping
 
 from tfdist.protocol.records import PROTOCOL_VERSION
 from tfdist.protocol.variables import (
@@ -55,6 +55,18 @@ def bootstrap_environment(pythonpath: str | None) -> dict[str, str]:
     PYTHONPATH otherwise, kept after it), and the switch."""
     rest = [p for p in (pythonpath or "").split(os.pathsep) if p and p != BOOTSTRAP_SITE]
     return {"PYTHONPATH": os.pathsep.join([BOOTSTRAP_SITE, *rest]), BOOTSTRAP: "1"}
+
+
+def forget_bootstrap(environ: MutableMapping[str, str]) -> None:
+    """Remove what :func:`bootstrap_environment` added, once the bootstrap runs: the script's own subprocesses and
+    multiprocessing children start without it, with the PYTHONPATH they would have had."""
+    environ.pop(BOOTSTRAP, None)
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.abspath(p) != BOOTSTRAP_SITE]
+    if rest:
+        environ["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        environ.pop("PYTHONPATH", None)
 
 
 # -- what the launcher tells one task ---------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ Heartbeat file: one JSON object, rewritten atomically (write a temporary file, t
 ``TFDIST_HEARTBEAT_INTERVAL`` seconds while training; its modification time is what the hang watchdog reads::
 
     {"v": 1, "step": 120, "time": 1764543000.5, "state": "training", "loss": 0.31, "total_steps": 400,
-     "examples": 7680}
+     "examples": 7680, "saves": true}
+
+``saves`` is there (true) only in a task with a save handler: on SIGTERM it saves its state before it exits 143.
 
 Error file: one JSON object, written when the script raises (``tfdist.runtime`` installs the hook)::
 
@@ -49,6 +51,7 @@ class HeartbeatRecord:
     loss: float | None = None
     total_steps: int | None = None  # known when epochs x steps per epoch is
     examples: int | None = None
+    saves: bool | None = None  # True: SIGTERM makes it save first (tfdist.runtime's callbacks, or the bootstrap's)
     v: int = PROTOCOL_VERSION
 
     @property
@@ -188,7 +191,8 @@ def read_heartbeat(path: str) -> HeartbeatRecord | None:
         state = TaskState.TRAINING
     return HeartbeatRecord(step=_int(data.get("step")), time=_float(data.get("time")) or 0.0, state=state,
                            loss=_float(data.get("loss")), total_steps=_int(data.get("total_steps")),
-                           examples=_int(data.get("examples")), v=_int(data.get("v")) or 0)
+                           examples=_int(data.get("examples")), saves=True if data.get("saves") is True else None,
+                           v=_int(data.get("v")) or 0)
 
 
 def read_error(path: str) -> ErrorRecord | None:

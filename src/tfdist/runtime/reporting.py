@@ -68,6 +68,7 @@ class Heartbeat:
             min_interval = float(os.environ.get(P.HEARTBEAT_INTERVAL, "0.5"))
         self.min_interval = min_interval
         self.total_steps = total_steps
+        self.saves: bool | None = None  # True once a save handler for SIGTERM is installed in this task
         self._last = float("-inf")
         self._modules_written = False
 
@@ -91,7 +92,8 @@ class Heartbeat:
         if loss is not None and loss != loss:  # NaN has no JSON spelling
             loss = None
         written = P.write_heartbeat(self.path, P.HeartbeatRecord(  # type: ignore[arg-type]
-            step=step, time=time.time(), state=state, loss=loss, total_steps=self.total_steps, examples=examples))
+            step=step, time=time.time(), state=state, loss=loss, total_steps=self.total_steps, examples=examples,
+            saves=self.saves))
         if written and not self._modules_written:
             # Training has started, so every library the script needs is imported: the launcher's warm spares
             # import the same ones ahead, and a restarted task skips those imports too.

@@ -140,6 +140,7 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
         from tfdist.runtime.fault_tolerance import backup_callback
 
         backup = backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS)
+        heartbeat.saves = True  # SIGTERM saves at the current step (see fault_tolerance); the launcher says so
         result.append(time_backups(backup, task_metrics) if task_metrics else backup)
         from tfdist.runtime.snapshots import keras_callback, settings_from_env
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -15,13 +16,23 @@ from tfdist.protocol import Command
 from tfdist.launch.spec import LaunchSpec
 
 
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)?)?")  # python, python3, python3.11
+
+
+def is_python_word(word: str) -> bool:
+    """Whether a command's first word names a Python interpreter (``python3``, ``/usr/bin/python3.11``)."""
+    return bool(_PYTHON_NAME.fullmatch(os.path.basename(word)))
+
+
 def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
                     python: str = sys.executable) -> Command:
     """``script.py a b`` -> ``python -u script.py a b``; ``-m pkg.mod`` -> ``python -u -m pkg.mod``; with
-    ``no_python`` the program itself.
+    ``no_python`` the program itself. ``python3 script.py a`` (as mpirun and horovodrun users type it) runs the script
+    with that interpreter, as given.
 
     Raises:
-        UsageError: nothing to run, or the script does not exist.
+        UsageError: nothing to run, the script does not exist, or the interpreter is given options tfdist would not
+            pass on.
     """
     if not target:
         raise UsageError("no training script given", hint="usage: tfdist launch [OPTIONS] [--] SCRIPT [ARGS...]")
@@ -30,11 +41,40 @@ def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
         if not shutil.which(head) and not os.path.exists(head):
             raise UsageError(f"program {head!r} not found", hint="give a path or a command on PATH")
         return Command(target=head, args=tuple(rest))
+    if not module and is_python_word(head):
+        return _interpreter_given(head, rest)
     if module:
         return Command(target=head, args=tuple(rest), interpreter=python, module=True)
     if not os.path.isfile(head):
         raise UsageError(f"training script {head!r} does not exist", hint="check the path, or use -m MODULE")
     return Command(target=head, args=tuple(rest), interpreter=python)
+
+
+def _interpreter_given(interpreter: str, words: list[str]) -> Command:
+    if not shutil.which(interpreter):
+        raise UsageError(f"{interpreter!r} not found", hint="give a Python on PATH, or drop it: tfdist launch runs "
+                                                           "the script with its own Python")
+    while words[:1] == ["-u"]:  # tfdist passes -u itself
+        words = words[1:]
+    if words[:1] == ["-m"] and len(words) > 1:
+        return Command(target=words[1], args=tuple(words[2:]), interpreter=interpreter, module=True)
+    if not words or words[0].startswith("-"):
+        given = " ".join([interpreter, *words[:1]])
+        raise UsageError(f"{given}: tfdist launch runs the script with {interpreter} but passes no interpreter "
+                         "options", hint=f"drop {interpreter!r} and its options: tfdist launch [OPTIONS] -- SCRIPT "
+                                         "[ARGS...] (or -m MODULE)")
+    return resolve_command(words, module=False, no_python=False, python=interpreter)
+
+
+def other_python(program: str, python: str = sys.executable) -> str | None:
+    """With ``--no-python``: the interpreter ``program`` (a bare ``python3``) runs from PATH when that is not the one
+    tfdist runs under (the tasks may then lack TensorFlow, tf-keras or tfdist); else None."""
+    if not is_python_word(program):
+        return None
+    found = shutil.which(program)
+    if found is None or os.path.realpath(found) == os.path.realpath(python):
+        return None
+    return found
 
 
 def check_log_dir(path: str) -> None:

@@ -10,6 +10,8 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
+from tfdist.launch.console.tflog import hidden
+from tfdist.launch.local.clues import unhealthy_peers
 from tfdist.launch.outcome import TaskFailure
 from tfdist.launch.process.spawn import Console, TaskProcess, activate, spawn, stop_all
 from tfdist.protocol import HeartbeatRecord, TaskPlan, read_error, read_heartbeat
@@ -100,18 +102,22 @@ class TaskGroup:
 
     # -- poll ----------------------------------------------------------------------------------------------------
     def poll(self, *, stale_after: float = 0.0) -> GroupSnapshot:
-        """The group now. ``stale_after``: only tasks silent for longer are checked for being stopped (SIGSTOP)."""
+        """The group now. ``stale_after``: only tasks silent for longer are checked for being stopped (SIGSTOP),
+        or every running task once one has failed (a stopped peer is the likelier cause)."""
         now_wall, now = time.time(), time.monotonic()
+        codes = [proc.poll() for proc in self.procs]
+        one_failed = any(code not in (None, 0) for code in codes)
         views = [TaskView(name=plan.name, task_type=plan.task_type, task_index=plan.task_index,
                           start_error=self.start_errors[plan.name]) for plan in self.plans
                  if plan.name in self.start_errors]
-        for proc in self.procs:
-            code = proc.poll()
+        for proc, code in zip(self.procs, codes):
             beat, age = self._heartbeat(proc, now_wall)
             # A task that sends no heartbeats is watched by its CPU time and output instead (sampled, cheap).
             quiet = self._quiet.observe(proc.pid, proc.log_path, now) if code is None and age is None else None
             stale = age if age is not None else quiet
-            stopped = code is None and stale is not None and 0 < stale_after < stale and _is_stopped(proc.pid)
+            # Once a task failed every running one is checked: a stopped peer is the likelier cause.
+            stopped = code is None and (one_failed or (stale is not None and 0 < stale_after < stale)) \
+                and _is_stopped(proc.pid)
             tail = list(proc.stderr_tail) if code is not None else []
             views.append(TaskView(
                 name=proc.name, task_type=proc.plan.task_type, task_index=proc.plan.task_index, pid=proc.pid,
@@ -119,7 +125,8 @@ class TaskGroup:
                 heartbeat=beat, heartbeat_age=age, quiet_for=quiet, stopped=stopped, progressed=self._progressed(proc.name, beat),
                 lost_port=code not in (None, 0) and (proc.ended_at or now) - proc.started_at < PORT_RACE_WINDOW_S
                 and _mentions(tail, PORT_CONFLICT_MARKERS),
-                transient=code not in (None, 0) and _mentions(tail, TRANSIENT_MARKERS)))
+                transient=code not in (None, 0) and _mentions(tail, TRANSIENT_MARKERS),
+                blames=unhealthy_peers(tail) if code not in (None, 0) else ()))
         return GroupSnapshot(tasks=tuple(views), elapsed=now - self.started)
 
     def _progressed(self, name: str, beat: HeartbeatRecord | None) -> bool:
@@ -166,8 +173,10 @@ class TaskGroup:
                 return TaskFailure(task=name, pid=0, exit_code=None, log_path=os.path.join(
                     self.attempt_dir, f"{plan.task_type}-{plan.task_index}.log"), start_error=self.start_errors[name])
             return None
+        # The excerpt shows what the console showed: TensorFlow's C++ lines below the console's level stay in the log.
+        shown = tuple(line for line in proc.stderr_tail if not hidden(line, self.console.tf_log_level))
         return TaskFailure(task=proc.name, pid=proc.pid, exit_code=proc.exit_code, log_path=proc.log_path,
-                           stderr_tail=tuple(proc.stderr_tail), error=read_error(proc.plan.error_path))
+                           stderr_tail=shown, error=read_error(proc.plan.error_path))
 
 
 def _mentions(lines: Sequence[str], markers: Sequence[str]) -> bool:

@@ -7,6 +7,9 @@
   collide again: it is a failure at once.
 - Any other failure uses the budget: at most ``max_restarts`` within ``window`` seconds (0: ever), after a back-off
   that starts at ``backoff`` and doubles, capped at ``backoff_max``.
+- A failure after training finished (every training task's ``fit`` had returned) does not restart unless allowed
+  (``--restart-after-training``): a restart would train everything again.
+- The same exception at the same ``file:line`` in two attempts in a row is deterministic: no more restarts.
 - Success, a stop asked for (SIGTERM/SIGINT) and a program that cannot start never restart.
 """
 from __future__ import annotations
@@ -39,10 +42,17 @@ class RestartPolicy:
     preemptions: int = 0
     port_retries: int = 0
 
-    def after(self, cause: Cause, now: float, *, transient: bool = False) -> RestartDecision:
-        """What to do after an attempt ended with ``cause`` at time ``now``; records the restart it allows."""
+    def after(self, cause: Cause, now: float, *, transient: bool = False, after_training: str | None = None,
+              repeated: str | None = None) -> RestartDecision:
+        """What to do after an attempt ended with ``cause`` at time ``now``; records the restart it allows.
+
+        ``after_training``: the attempt failed after training finished (the failure's ``task ... in file:line``);
+        ``repeated``: it failed exactly as the attempt before (the exception and its ``file:line``)."""
         if cause in FINAL_CAUSES:
             return RestartDecision(False)
+        if after_training is not None:
+            return RestartDecision(False, message=f"{after_training}, after training finished: not restarting, which "
+                                                  "would train again (--restart-after-training to do it)")
         if cause in (Cause.TASK_PREEMPTED, Cause.NEW_ROUND) and self.preemptions < self.max_preemptions:
             self.preemptions += 1
             what = "the preempted group" if cause is Cause.TASK_PREEMPTED else "the group with the new cluster"
@@ -54,6 +64,9 @@ class RestartPolicy:
         recent = [t for t in self.restarts if self.window <= 0 or now - t < self.window]
         if len(recent) >= self.max_restarts:
             return RestartDecision(False)
+        if repeated is not None and cause is Cause.TASK_FAILED:
+            return RestartDecision(False, message=f"the same {repeated} in two attempts in a row: a deterministic "
+                                                  "failure, not restarting")
         self.restarts.append(now)
         delay = 0.0 if self.backoff <= 0 else min(self.backoff_max, self.backoff * 2 ** (len(self.restarts) - 1))
         why = "the failure looked transient; " if transient else ""

@@ -9,8 +9,11 @@ Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent us
 3. The evaluator is outside the cluster: its failure is reported once, training goes on.
 4. A worker or chief exiting 0 before the leader is normal. A parameter server exiting at all fails the attempt.
 5. A task exiting 143 was preempted and saved: the group saves too and restarts (``task-preempted``).
-6. Any other exit fails the attempt. The root cause is the task that ended first; it is a ``port-conflict`` when it
-   lost its port, and marked transient when it ran out of threads or processes.
+6. Any other exit fails the attempt. The root cause is, in this order: a task the kernel reports as stopped (``T``:
+   its peers time out on it, TensorFlow's coordination service aborts them), a task a failed task's output names
+   as unhealthy ("The following tasks are unhealthy ..."), else the task that ended first. It is a
+   ``port-conflict`` when it lost its port, marked transient when it ran out of threads or processes, and marked
+   ``after_training`` when every training task's training had finished (their ``fit`` returned) before it.
 7. A training task (under ParameterServerStrategy: the chief, which alone runs steps) that sent heartbeats and then
    none for ``timeouts.hang`` seconds is hung. When one task stalls its peers soon block in a collective and fall
    silent too: the culprit is a task the kernel reports as stopped, else the one silent for longest. A task that
@@ -44,6 +47,7 @@ class Verdict:
     detail: str = ""
     transient: bool = False
     notices: tuple[str, ...] = ()  # things to report that do not end the attempt
+    after_training: bool = False  # it failed once every training task's training had finished
 
 
 CONTINUE = Verdict(GroupAction.CONTINUE)
@@ -74,9 +78,11 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         first = failed[0]
         if first.exit_code == PREEMPTED_EXIT_CODE:
             return Verdict(GroupAction.PREEMPTED, Cause.TASK_PREEMPTED, first.name, notices=notices)
-        cause = Cause.PORT_CONFLICT if first.lost_port else Cause.TASK_FAILED
-        detail = "parameter server exited" if first.task_type == "ps" and first.exit_code == 0 else ""
-        return Verdict(GroupAction.FAIL, cause, first.name, detail=detail, transient=first.transient, notices=notices)
+        culprit, blame = _blame(snapshot, failed)
+        cause = Cause.PORT_CONFLICT if culprit.lost_port else Cause.TASK_FAILED
+        detail = blame or ("parameter server exited" if culprit.task_type == "ps" and culprit.exit_code == 0 else "")
+        return Verdict(GroupAction.FAIL, cause, culprit.name, detail=detail, transient=culprit.transient,
+                       notices=notices, after_training=snapshot.training_finished and culprit.exit_code is not None)
     if lead is None:  # a per-machine agent whose machine does not run the leader
         trainers = [t for t in snapshot.tasks if t.is_trainer]
         if trainers and all(t.exit_code == 0 for t in trainers) and not spec.ps:
@@ -89,6 +95,20 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name,
                        detail=f"{how}, {what} for {spec.timeouts.hang:g}s", notices=notices)
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
+
+
+def _blame(snapshot: GroupSnapshot, failed: list[TaskView]) -> tuple[TaskView, str]:
+    """The root cause among ``failed`` (in the order they ended) and the tasks still running, and why, when it is
+    not simply the first to end."""
+    stopped = [t for t in snapshot.tasks if t.running and t.stopped]
+    if stopped:
+        return stopped[0], f"stopped (SIGSTOP); {failed[0].name} {describe_exit(failed[0].exit_code)} waiting for it"
+    for task in failed:
+        for name in task.blames:
+            named = next((t for t in snapshot.tasks if t.name == name), None)
+            if named is not None and named is not task:
+                return named, f"{task.name} exited because TensorFlow found {name} unhealthy (no heartbeats)"
+    return failed[0], ""
 
 
 def _hung(snapshot: GroupSnapshot, spec: LaunchSpec) -> TaskView | None:

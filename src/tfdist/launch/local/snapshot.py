@@ -21,6 +21,7 @@ class TaskView:
         stopped: the kernel reports it stopped (SIGSTOP, a debugger).
         lost_port: its stderr says it could not bind its port, soon after it started.
         transient: its stderr says it ran out of a resource the machine may have again soon (threads, processes).
+        blames: the tasks (``worker:1``) its output names after "The following tasks are unhealthy".
     """
 
     name: str
@@ -37,6 +38,7 @@ class TaskView:
     transient: bool = False
     progressed: bool = False  # its heartbeat step moved past the first one it sent: it has run training steps
     quiet_for: float | None = None  # no heartbeat: seconds without CPU time or output (tfdist.launch.flight.watch)
+    blames: tuple[str, ...] = ()  # peers its output names as unhealthy (TensorFlow's coordination service aborting it)
 
     @property
     def running(self) -> bool:
@@ -45,6 +47,11 @@ class TaskView:
     @property
     def is_trainer(self) -> bool:
         return self.task_type in TRAINER_ROLES
+
+    @property
+    def training_finished(self) -> bool:
+        """Its training ended (``fit`` returned, or it exited 0): what it does after that is not training."""
+        return self.exit_code == 0 or (self.heartbeat is not None and self.heartbeat.finished)
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,26 @@ class GroupSnapshot:
         return any(t.heartbeat_age is not None for t in self.tasks)
 
     @property
+    def beating(self) -> tuple[TaskView, ...]:
+        """The tasks that run training steps and so send heartbeats: the chief and the workers, except under
+        ParameterServerStrategy (parameter servers in the group), where only the chief (the coordinator) does."""
+        roles = ("chief",) if any(t.task_type == "ps" for t in self.tasks) else TRAINER_ROLES
+        return tuple(t for t in self.tasks if t.task_type in roles)
+
+    @property
     def trainers_progressed(self) -> bool:
         """Every training task has run steps in this attempt (past its first heartbeat, which comes before the first
         step is traced and run)."""
-        trainers = [t for t in self.tasks if t.is_trainer]
+        trainers = self.beating
         return bool(trainers) and all(t.progressed for t in trainers)
+
+    @property
+    def training_finished(self) -> bool:
+        """Every training task's training ended (each one's ``fit`` returned, as the task bootstrap or the runtime
+        reports it, or it exited 0), and at least one said so in its heartbeat."""
+        trainers = self.beating
+        return (bool(trainers) and all(t.training_finished for t in trainers)
+                and any(t.heartbeat is not None and t.heartbeat.finished for t in trainers))
 
     @property
     def step(self) -> int | None:

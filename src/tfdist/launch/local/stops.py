@@ -2,18 +2,37 @@
 waiting out a back-off, stopping). The handlers only set flags, so a signal can never leave a stop half-way; the
 supervisor checks the flags wherever it waits.
 
-The first SIGTERM/SIGHUP asks for a graceful stop (tasks save, exit 143); the first SIGINT the same (exit 130). A
-second signal of any kind means "kill now": the grace period is cut short and every task SIGKILLed.
+The first SIGTERM/SIGHUP asks for a graceful stop (tasks with a save handler save, then the launcher exits 143); the
+first SIGINT the same (exit 130). A second signal of any kind means "kill now": the grace period is cut short and
+every task SIGKILLed. The announcement says which tasks save (those whose heartbeat says they have a save handler).
 """
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from types import FrameType
+from typing import Callable
 
 from tfdist.launch.outcome import Cause
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_FIRST = "\0first-signal"  # placeholder for the first signal's announcement
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def saving_words(savers: list[str], others: list[str]) -> str:
+    """Who saves when the group is stopped: the tasks that said they have a save handler (pure)."""
+    if not savers:
+        return "no task has a save handler: nothing is saved"
+    text = f"{', '.join(savers)} save{'s' if len(savers) == 1 else ''} first"
+    return text + (f"; {', '.join(others)} cannot" if others else "")
 
 
 class StopRequests:
@@ -24,6 +43,9 @@ class StopRequests:
         self._lock = threading.Lock()
         self._previous: dict[int, object] = {}
         self._unannounced: list[str] = []
+        # Who saves on the way out, in words (the supervisor knows, from the tasks' heartbeats).
+        self.saving: Callable[[], str] = lambda: "tasks with a save handler save first"
+        self.terminal: Callable[[], bool] = _stdin_is_terminal
 
     @property
     def requested(self) -> bool:
@@ -45,8 +67,7 @@ class StopRequests:
         if self.cause is None:
             self.signal = signum
             self.cause = Cause.INTERRUPTED if signum == signal.SIGINT else Cause.PREEMPTED
-            self._unannounced.append(f"got {signal.Signals(signum).name}: stopping all tasks (they save first; "
-                                     f"press Ctrl-C again to kill now)")
+            self._unannounced.append(_FIRST)  # worded when announced: never build strings inside a handler
         elif not self.kill_now:
             self.kill_now = True
             self._unannounced.append(f"got {signal.Signals(signum).name} again: killing every task now")
@@ -61,4 +82,11 @@ class StopRequests:
     def announcements(self) -> list[str]:
         """Messages for the console, once each (printed by the supervisor, never inside a handler)."""
         taken, self._unannounced = self._unannounced, []
-        return taken
+        return [self._first_words() if message is _FIRST else message for message in taken]
+
+    def _first_words(self) -> str:
+        name = signal.Signals(self.signal).name if self.signal is not None else "a stop request"
+        # Ctrl-C is only pressed on a terminal; a scheduler's SIGTERM (or a SIGINT from a script) is not answered so.
+        again = ("press Ctrl-C again to kill now" if self.signal == signal.SIGINT and self.terminal()
+                 else f"a second {name} kills them now")
+        return f"got {name}: stopping all tasks ({self.saving()}; {again})"

@@ -31,13 +31,13 @@ from tfdist.launch.flight import recorder as flight
 from tfdist.launch.flight.recorder import others_running
 from tfdist.launch.local import rules
 from tfdist.launch.local.group import TaskGroup
-from tfdist.launch.outcome import Attempt, Cause, LaunchResult
+from tfdist.launch.outcome import Attempt, Cause, LaunchResult, repeated_failure
 from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.process.spawn import Console
 from tfdist.protocol import TaskPlan, read_modules
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.local.restart import RestartPolicy
-from tfdist.launch.local.stops import StopRequests
+from tfdist.launch.local.stops import StopRequests, saving_words
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
@@ -75,6 +75,8 @@ class Supervisor:
         self.metrics = metrics
         self.contain = contain
         self.stops = StopRequests()
+        self.stops.saving = self._who_saves
+        self._seen: Any = None  # the group's last snapshot
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -117,8 +119,12 @@ class Supervisor:
                 if self.stops.requested:
                     self.result.stopped_by = self.stops.cause
                     break
-                decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient)
+                decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient,
+                                               after_training=self._after_training(outcome),
+                                               repeated=repeated_failure(self.result.attempts))
                 if not decision.restart:
+                    if decision.message:
+                        self._say(decision.message)
                     break
                 if decision.counted and self.metrics is not None:
                     self.metrics.restart()
@@ -172,7 +178,7 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = group.poll(stale_after=t.hang)
+            snapshot = self._seen = group.poll(stale_after=t.hang)
             if self.stops.requested:
                 self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
                 grace = t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace
@@ -225,6 +231,8 @@ class Supervisor:
             group.stop(t.grace, first_signal=signal.SIGKILL)
         else:
             headline = failure.headline if failure else verdict.culprit
+            if verdict.detail and verdict.cause is not Cause.START_FAILED:
+                headline += f" ({verdict.detail})"
             self._say(f"{headline}: stopping the group" if verdict.cause is not Cause.START_FAILED else
                       f"start-failed: {headline}")
             group.stop(min(t.failure_grace, t.grace), kill_now=lambda: self.stops.kill_now)
@@ -232,7 +240,8 @@ class Supervisor:
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient,
-                       hang_report=report, hang_verdict=verdict_lines)
+                       hang_report=report, hang_verdict=verdict_lines,
+                       after_training=verdict.after_training)
 
     def _record_flight(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
         """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
@@ -279,6 +288,20 @@ class Supervisor:
             self._spares.fill(len(group.plans), preload)
             group.spares = self._spares
 
+    def _who_saves(self) -> str:
+        """Which running tasks save on SIGTERM: those whose heartbeat says they have a save handler."""
+        running = [t for t in (self._seen.tasks if self._seen is not None else ()) if t.running]
+        savers = [t.name for t in running if t.heartbeat is not None and t.heartbeat.saves]
+        return saving_words(savers, [t.name for t in running if t.is_trainer and t.name not in savers])
+
+    def _after_training(self, outcome: Attempt) -> str | None:
+        """``worker:1 failed in x.py:9`` when ``outcome`` failed after training finished and that is not retried."""
+        if not outcome.after_training or self.spec.restart_after_training:
+            return None
+        site = outcome.failure.site if outcome.failure else None
+        who = outcome.failure.task if outcome.failure else "a task"
+        return f"{who} failed" + (f" in {site.where}" if site else "")
+
     def _wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True when a stop was requested meanwhile."""
         deadline = time.monotonic() + seconds
@@ -307,11 +330,11 @@ class Supervisor:
         if self._watcher is not None:
             self._watcher.close()
         self.stops.restore()
-        if self._temporary_logs and self.result.cause is not None and self.result.cause not in (
-                Cause.TASK_FAILED, Cause.HUNG, Cause.PORT_CONFLICT, Cause.START_FAILED):
+        # A temporary folder goes only after a success: every other end prints a report that points into it.
+        if self._temporary_logs and self.result.cause is Cause.SUCCEEDED:
             if self.before_log_cleanup is not None:
                 self.before_log_cleanup()
-            shutil.rmtree(self.log_dir, ignore_errors=True)  # kept after a failure: the report points into it
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _event(self, name: str, **fields: Any) -> None:
         """One line of ``events.jsonl`` in the log folder: what the launcher did when (wall clock), for the live view

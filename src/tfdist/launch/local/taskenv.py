@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 from tfdist.cluster import format_address
 from tfdist.errors import UsageError
 from tfdist import protocol as C
-from tfdist.protocol import TaskPlan, refuse_protected
+from tfdist.protocol import TaskPlan, bootstrap_environment, refuse_protected
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.local.layout import ClusterLayout, TaskId, tf_config_for
 
@@ -88,6 +88,8 @@ def shared_env(spec: LaunchSpec, legacy_keras: bool | None, environ: Mapping[str
     user = dict(spec.env)
     refuse_protected(user)
     env.update(user)
+    if spec.bootstrap and spec.command.is_python:  # the task bootstrap (tfdist.runtime.bootstrap) runs first
+        env.update(bootstrap_environment(user.get("PYTHONPATH", environ.get("PYTHONPATH"))))
     return env
 
 

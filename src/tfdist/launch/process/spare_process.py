@@ -19,6 +19,7 @@ import os
 import runpy
 import sys
 
+from tfdist.protocol.plan import forget_bootstrap
 from tfdist.protocol.variables import WARM_PRELOAD as PRELOAD_VARIABLE
 from tfdist.protocol.variables import WARM_START as WARM_MARK  # "1" in a task that started from a spare
 
@@ -46,6 +47,9 @@ def main() -> int:
     os.dup2(devnull, 0)  # the script gets the same empty stdin a cold-started task has
     os.environ.update(order["env"])
     os.environ[WARM_MARK] = "1"
+    # The task bootstrap, when on, started with this process already (its variables were in the spare's own
+    # environment); the task's copy of them must not reach the script's children.
+    forget_bootstrap(os.environ)
     argv = list(order["argv"])
     if argv[:1] == ["-m"]:
         sys.argv = [argv[1], *argv[2:]]

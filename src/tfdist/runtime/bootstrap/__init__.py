@@ -28,7 +28,7 @@ import os
 import sys
 
 from tfdist.protocol.plan import BOOTSTRAP_SITE as SITE_DIR
-from tfdist.protocol.plan import bootstrap_environment
+from tfdist.protocol.plan import bootstrap_environment, forget_bootstrap
 from tfdist.protocol.variables import BOOTSTRAP as ENABLE_VARIABLE
 
 _active: dict[str, object] = {}
@@ -39,21 +39,10 @@ def task_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     return bootstrap_environment((environ if environ is not None else os.environ).get("PYTHONPATH"))
 
 
-def _forget(site_dir: str) -> None:
-    """Remove the bootstrap's traces from the environment the script and its children see."""
-    os.environ.pop(ENABLE_VARIABLE, None)
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-             if p and os.path.abspath(p) != os.path.abspath(site_dir)]
-    if parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
-    else:
-        os.environ.pop("PYTHONPATH", None)
-
-
-def activate(site_dir: str = SITE_DIR) -> None:
+def activate(site_dir: str = SITE_DIR) -> None:  # noqa: ARG001 - sitecustomize says where it runs from
     """Start watching this process (called once by ``sitecustomize``, or by a warm spare before it runs the
     script). Never raises into the caller for anything the script could have done without us."""
-    _forget(site_dir)
+    forget_bootstrap(os.environ)
     if _active:
         return
     from tfdist.runtime.bootstrap import imports, keras_hooks

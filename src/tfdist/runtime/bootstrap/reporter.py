@@ -14,7 +14,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable
 
-from tfdist.runtime.reporting import Heartbeat
+from tfdist.runtime.reporting import Heartbeat, write_error_file
 
 
 class Reporter:
@@ -52,12 +52,14 @@ class Reporter:
 
     # -- the process ---------------------------------------------------------------------------------------------
     def install(self) -> None:
-        """Hook the script's end: an uncaught exception marks the task failed, a clean exit finished."""
+        """Hook the script's end: an uncaught exception marks the task failed and is written as the error record
+        (the path is read now: a warm spare learns it after start-up), a clean exit marks it finished."""
         previous = sys.excepthook
 
         def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
-            if not isinstance(exc, KeyboardInterrupt):
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 self.failed = True
+                write_error_file(exc)
             previous(kind, exc, tb)
 
         sys.excepthook = hook
