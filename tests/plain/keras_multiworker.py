@@ -18,6 +18,8 @@ parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds each 
 parser.add_argument("--divide-by-zero", action="store_true", help="worker 1 divides by zero before training")
 parser.add_argument("--fail-after-fit", action="store_true", help="worker 1 raises once fit has returned")
 parser.add_argument("--save-dir", help="where the chief saves the trained model")
+parser.add_argument("--verbose", type=int, default=2, help="Keras' verbose (1: progress bars)")
+parser.add_argument("--hang-once", metavar="MARKER", help="worker 1 hangs at step 3 unless MARKER exists (it makes it)")
 args = parser.parse_args()
 
 
@@ -48,6 +50,14 @@ class SlowSteps(tf.keras.callbacks.Callback):
         time.sleep(args.step_sleep)
 
 
+class HangOnce(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 3 and not os.path.exists(args.hang_once):
+            open(args.hang_once, "w").close()
+            while True:  # a stuck input pipeline, a deadlock: no error, no progress
+                time.sleep(1)
+
+
 tf_config = json.loads(os.environ["TF_CONFIG"])
 num_workers = len(tf_config["cluster"]["worker"])
 task = tf_config["task"]
@@ -65,8 +75,10 @@ if args.divide_by_zero and task["index"] == 1:
 callbacks = [tf.keras.callbacks.BackupAndRestore(backup_dir=args.backup_dir)]
 if args.step_sleep:
     callbacks.append(SlowSteps())
+if args.hang_once and task["index"] == 1:
+    callbacks.append(HangOnce())
 multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, steps_per_epoch=args.steps, callbacks=callbacks,
-                       verbose=2)
+                       verbose=args.verbose)
 
 if args.fail_after_fit and task["index"] == 1:
     raise RuntimeError("the model file was not there yet")

@@ -99,6 +99,10 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
                          launcher_metrics_port=launcher_metrics_port)
     if flags["workers"] == 0 and not flags["chief"]:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
+    if flags["ps"] and not flags["chief"]:
+        raise UsageError(f"--ps {flags['ps']} needs --chief: under ParameterServerStrategy the chief is the coordinator "
+                         "that runs the training; without one every task waits forever",
+                         hint="add --chief (the workers and parameter servers only serve)")
     environ = _with_tf_log_level(tf_log_level)
     _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
     from tfdist.launch.elastic.netaddr import advertised_address
@@ -112,6 +116,8 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
                       timeouts=timeouts, launcher_metrics_port=launcher_metrics_port, **flags)  # type: ignore[arg-type]
     legacy_keras = keras_plan(spec, os.environ)
+    if no_python:
+        _warn_other_python(spec.command.program)
     if dry_run:
         print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} (--tf-log-level {tf_log_level})")
         return _dry_run(spec, legacy_keras)
@@ -143,18 +149,30 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
                                 console=Console(enabled=spec.tee or spec.log_dir is None,
                                                 tf_log_level=int(environ[LEVEL_VARIABLE])))
-        with watch(supervisor, live=live):  # run record for status/logs; live lines on a terminal
+        with watch(supervisor, live=live) as view:  # run record for status/logs; live lines on a terminal
             result = supervisor.run()
+        summarised = view.pinned is not None  # the live view printed the job's summary line already
     finally:
         if launcher_metrics is not None:
             launcher_metrics.close()
     if result.succeeded:
-        print(render_success(result), file=sys.stderr)
+        text = render_success(result, headline=not summarised)
+        if text:
+            print(text, file=sys.stderr)
     elif result.cause is Cause.START_FAILED and result.final is not None and result.final.failure is not None:
         return ExitStatus.USAGE  # the supervisor said it in one line; nothing ran
     else:
         print(render_report(result), file=sys.stderr)
     return result.exit_status
+
+
+def _warn_other_python(program: str) -> None:
+    from tfdist.launch.local.command_check import other_python
+
+    found = other_python(program)
+    if found is not None:
+        print(f"tfdist: warning: --no-python runs {program} from PATH ({found}), not the Python tfdist runs under "
+              f"({sys.executable}); drop --no-python (and {program}) to use tfdist's", file=sys.stderr)
 
 
 def _check_gpus_exist(per_task: int | None) -> None:
@@ -181,13 +199,18 @@ def _with_tf_log_level(flag: str) -> dict[str, str]:
 def _dry_run(spec: object, legacy_keras: bool) -> int:
     from tfdist.cluster import TfConfig
     from tfdist.launch.local.ports import free_ports, ports_from_base
+    from tfdist.launch.local.layout import role_meanings
     from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
     n = count_tasks(spec)  # type: ignore[arg-type]
     ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)  # type: ignore[attr-defined]
     layout = layout_for(spec, ports)  # type: ignore[arg-type]
     plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",  # type: ignore[attr-defined,arg-type]
-                       gpus=visible_gpus(os.environ), legacy_keras=legacy_keras)
+                       gpus=visible_gpus(os.environ), legacy_keras=legacy_keras, environ=os.environ)
+    print("roles:")
+    for line in role_meanings(chief=spec.chief, workers=spec.workers, ps=spec.ps,  # type: ignore[attr-defined]
+                              evaluator=spec.evaluator):  # type: ignore[attr-defined]
+        print(f"  {line}")
     for plan in plans:
         print(f"[{plan.name}] {plan.address}")
         print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True)}")

@@ -18,13 +18,14 @@ STATUS_SCHEMA_VERSION = 1
 @option("--list", "list_runs", is_flag=True, help="List the recorded runs, newest first.")
 @click.argument("run", required=False)
 def command(as_json: bool, list_runs: bool, run: str | None) -> int:
-    """Show each task's state, step, loss and log of RUN (default: the most recent run).
+    """Show each task's state, step, loss and log of RUN (default: the most recent run started from this folder,
+    else the most recent of all; the first line says which).
 
     RUN is a run id (or a unique prefix of one) from `tfdist status --list`, or a run folder (--log-dir).
     Runs are recorded under $XDG_STATE_HOME/tfdist/runs (default ~/.local/state/tfdist/runs).
 
     \b
-        tfdist status              # the latest run
+        tfdist status              # the latest run started here
         tfdist status 3f2a --json
     """
     from tfdist.launch.console import progress, runs
@@ -38,10 +39,12 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
             for record in records:
                 click.echo(_list_line(record, progress.run_state(record, runs.launcher_alive(record))))
         return 0
-    status = progress.run_status(runs.find_run(run, environ))
+    status = progress.run_status(runs.find_run(run, environ, os.getcwd()))
     if as_json:
         emit_json("status", _status_json(status), version=STATUS_SCHEMA_VERSION)
     else:
+        if run is None:
+            click.echo(printable(runs.chosen_because(status.record, os.getcwd()), 600))
         click.echo("\n".join(render_status(status, now=time.time())))
     return 0
 

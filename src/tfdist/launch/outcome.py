@@ -166,11 +166,11 @@ def render_report(result: LaunchResult) -> str:
     return os.linesep.join(lines)
 
 
-def render_success(result: LaunchResult) -> str:
-    """The closing line of a successful launch, naming attempts that failed in a way that looked transient."""
-    text = f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)"
-    transient = [a for a in result.attempts if a.transient]
-    for attempt in transient:
+def render_success(result: LaunchResult, *, headline: bool = True) -> str:
+    """The closing line of a successful launch (``headline``: False where the live view printed its own summary),
+    naming attempts that failed in a way that looked transient."""
+    lines = [f"tfdist: job {result.run_id} succeeded after {result.restarts} restart(s)"] if headline else []
+    for attempt in (a for a in result.attempts if a.transient):
         who = attempt.failure.headline if attempt.failure else attempt.cause.value
-        text += f"{os.linesep}tfdist: attempt #{attempt.number} failed in a way that looked transient ({who}); retried"
-    return text
+        lines.append(f"tfdist: attempt #{attempt.number} failed in a way that looked transient ({who}); retried")
+    return os.linesep.join(lines)

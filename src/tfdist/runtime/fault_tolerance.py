@@ -51,16 +51,26 @@ def backup_callback(backup_dir: str, save_every: int) -> Any:
 
         def on_train_begin(self, logs: Any = None) -> None:
             super().on_train_begin(logs)  # creates the training state and restores the last backup
-            state = self._training_state
-            strategy = self.model.distribute_strategy
-            handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-                getattr(strategy, "cluster_resolver", None), state.write_checkpoint_manager,
-                termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=self._exit))
-            handler._read_checkpoint_manager = state.read_checkpoint_manager
-            state.preemption_handler = handler
-            state._enable_save_before_preemption = True
-
-        def _exit(self) -> None:
-            exit_preempted(int(self.model.optimizer.iterations.numpy()))
+            attach_preemption_handler(self)
 
     return PreemptibleBackupAndRestore()
+
+
+def attach_preemption_handler(backup: Any) -> None:
+    """Give a tf-keras ``BackupAndRestore``, just past its ``on_train_begin``, TensorFlow's preemption handler: on
+    SIGTERM the group saves at the current step and exits :data:`PREEMPTED_EXIT_CODE`. The callback checks it after
+    each batch when it has batch hooks (``save_freq`` in steps; the task bootstrap turns them on for ``"epoch"``)."""
+    import tensorflow as tf
+
+    state = backup._training_state
+    strategy = backup.model.distribute_strategy
+
+    def exit_fn() -> None:
+        exit_preempted(int(backup.model.optimizer.iterations.numpy()))
+
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        getattr(strategy, "cluster_resolver", None), state.write_checkpoint_manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn))
+    handler._read_checkpoint_manager = state.read_checkpoint_manager
+    state.preemption_handler = handler
+    state._enable_save_before_preemption = True

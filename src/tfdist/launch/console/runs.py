@@ -217,9 +217,22 @@ def list_records(environ: Mapping[str, str]) -> list[RunRecord]:
     return sorted(found, key=lambda r: r.started_at, reverse=True)
 
 
-def find_run(ref: str | None, environ: Mapping[str, str]) -> RunRecord:
+def latest(records: list[RunRecord], cwd: str) -> RunRecord:
+    """The newest of ``records`` (newest first) started from folder ``cwd``, else the newest of all (pure)."""
+    return next((r for r in records if r.cwd == cwd), records[0])
+
+
+def chosen_because(record: RunRecord, cwd: str) -> str:
+    """Why a run given by no id was the one shown, in words for ``tfdist status`` (pure)."""
+    if record.cwd == cwd:
+        return f"showing run {record.run_id}, the latest started from this folder"
+    return (f"showing run {record.run_id}, the latest of this user, started from {record.cwd or 'an unknown folder'} "
+            "(none was started from this folder)")
+
+
+def find_run(ref: str | None, environ: Mapping[str, str], cwd: str | None = None) -> RunRecord:
     """The run ``ref`` names: a run folder (a path holding ``run.json``), a run id or a unique prefix of one, or
-    (``None``) the most recent run.
+    (``None``) the most recent run started from ``cwd`` (default: this process's folder), else the most recent.
 
     Raises:
         UsageError: nothing recorded, no match, or an ambiguous prefix.
@@ -241,7 +254,7 @@ def find_run(ref: str | None, environ: Mapping[str, str]) -> RunRecord:
         raise UsageError(f"no runs recorded in {records_dir(environ)}{skipped}",
                          hint="start one with tfdist launch, or give its run folder")
     if ref is None:
-        return records[0]
+        return latest(records, os.getcwd() if cwd is None else cwd)
     if not _RUN_ID.fullmatch(ref):
         raise UsageError(f"{ref!r} is not a run id", hint="see `tfdist status --list`")
     matches = [r for r in records if r.run_id.startswith(ref)]

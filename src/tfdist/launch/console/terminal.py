@@ -41,8 +41,8 @@ def same_terminal(a: TextIO, b: TextIO) -> bool:
 
 
 class _Proxy:
-    """Stands in for ``sys.stdout``/``sys.stderr``: whole lines go above the pinned region, the rest waits for its
-    newline."""
+    """Stands in for ``sys.stdout``/``sys.stderr``: whole lines, and a progress bar's ``\r``-ended redraws, go above
+    the pinned region; the rest waits for its newline."""
 
     def __init__(self, pinned: "PinnedLines", target: TextIO) -> None:
         self._pinned = pinned
@@ -55,6 +55,9 @@ class _Proxy:
             if "\n" in self._partial:
                 complete, _, self._partial = self._partial.rpartition("\n")
                 self._pinned.emit(complete + "\n", self._target)
+            if self._partial.endswith("\r"):  # a progress bar's redraw: shown now, on the row it redraws
+                self._pinned.emit(self._partial, self._target)
+                self._partial = ""
         return len(text)
 
     def flush(self) -> None:
@@ -78,6 +81,7 @@ class PinnedLines:
         self._fixed_width = width
         self._lines: list[str] = []
         self._drawn = 0  # pinned rows now on the screen
+        self._open = False  # the row above the pinned region holds a \r-ended redraw, which the next output replaces
         self._proxies: list[tuple[str, TextIO, _Proxy]] = []
 
     def width(self) -> int:
@@ -91,6 +95,9 @@ class PinnedLines:
     # -- drawing (callers hold the lock) --------------------------------------------------------------------
     def _erase(self) -> str:
         text, self._drawn = erase_rows(self._drawn), 0
+        if self._open:  # back onto the redraw's row: the next output writes over it, as on a plain terminal
+            text += UP + "\r" + ERASE_LINE
+            self._open = False
         return text
 
     def _drawing(self) -> str:
@@ -113,12 +120,16 @@ class PinnedLines:
             self._write_tty(erase + self._drawing())
 
     def emit(self, text: str, target: TextIO) -> None:
-        """Write whole lines of other output above the pinned region (one write when it goes to the same stream)."""
+        """Write whole lines of other output above the pinned region (one write when it goes to the same stream).
+        Text ending in ``\r`` (a progress bar) keeps its row open: the next output starts on that row."""
         with self.lock:
+            erase = self._erase()
+            if text.endswith("\r"):
+                text, self._open = text[:-1] + "\n", True
             if target is self.tty:
-                self._write_tty(self._erase() + text + self._drawing())
+                self._write_tty(erase + text + self._drawing())
                 return
-            self._write_tty(self._erase())
+            self._write_tty(erase)
             try:
                 target.write(text)
                 target.flush()

@@ -57,3 +57,31 @@ class ClusterLayout:
 def tf_config_for(layout: ClusterLayout, task: TaskId) -> str:
     """The TF_CONFIG environment value (compact JSON) for ``task`` in ``layout``."""
     return TfConfig.build(layout.cluster(), task.type, task.index).to_json()
+
+
+def role_meanings(*, chief: bool, workers: int, ps: int, evaluator: bool) -> list[str]:
+    """What each role does in this job, in the words ``--dry-run`` prints (pure). The strategy follows from the
+    roles: parameter servers mean ParameterServerStrategy, whose chief is the coordinator; else every worker trains
+    under MultiWorkerMirroredStrategy."""
+    lines = []
+    if ps:
+        lines.append("chief:0 is the coordinator: it runs the training loop (ClusterCoordinator) and sends the steps "
+                     "to the workers")
+        lines.append(f"{_span('worker', 0, workers - 1)} run the steps the coordinator sends (tf.distribute.Server)"
+                     if workers else "no workers: the coordinator has no one to send steps to")
+        lines.append(f"{_span('ps', 0, ps - 1)} hold the variables (tf.distribute.Server)")
+    else:
+        lead = "chief:0 trains and" if chief else "worker:0 trains and, as the chief,"
+        lines.append(f"{lead} writes the checkpoints and summaries")
+        if workers and (chief or workers > 1):
+            first = 0 if chief else 1
+            if first <= workers - 1:
+                lines.append(f"{_span('worker', first, workers - 1)} train in step with it "
+                             "(MultiWorkerMirroredStrategy)")
+    if evaluator:
+        lines.append("evaluator:0 is outside the cluster: it evaluates the checkpoints the chief writes")
+    return lines
+
+
+def _span(role: str, first: int, last: int) -> str:
+    return f"{role}:{first}" if first == last else f"{role}:{first}..{last}"

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,7 +150,9 @@ class _Route:
         line = raw.decode("utf-8", errors="replace")
         if to_stderr:
             tail.append(line)
-        console.write(prefix, line if line.endswith("\n") else line + "\n", to_stderr=to_stderr)
+        # A segment ending in \r (a progress bar's redraw) is passed on as it is: the next one, prefixed too, writes
+        # over it on a terminal, as the task's own output would.
+        console.write(prefix, line if line.endswith(("\n", "\r")) else line + "\n", to_stderr=to_stderr)
 
     def close(self) -> None:
         with self._lock:
@@ -160,11 +163,38 @@ class _Route:
                     pass
 
 
+_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
+_MAX_SEGMENT = 1 << 16  # a longer run without a line end is passed on in pieces
+
+
+def split_segments(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The complete segments of ``buffer`` (each ending in ``\n``, ``\r\n`` or ``\r``) and what is left of it."""
+    segments = [m.group() for m in _SEGMENT.finditer(buffer)]
+    rest = buffer[sum(len(seg) for seg in segments):]
+    if len(rest) >= _MAX_SEGMENT:
+        segments.append(rest)
+        rest = b""
+    return segments, rest
+
+
 def _pump(stream: IO[bytes], route: _Route, to_stderr: bool) -> None:
-    for raw in iter(stream.readline, b""):
+    """Relay a task's output segment by segment: a line, or a progress bar's \r-ended redraw, as soon as it ends."""
+    read = getattr(stream, "read1", stream.read)
+    rest = b""
+    while True:
+        chunk = read(1 << 16)
+        if not chunk:
+            break
+        segments, rest = split_segments(rest + chunk)
+        for raw in segments:
+            try:
+                route.write(raw, to_stderr)
+            except Exception:  # noqa: BLE001 - whatever happens to the output, keep draining the pipe
+                pass
+    if rest:
         try:
-            route.write(raw, to_stderr)
-        except Exception:  # noqa: BLE001 - whatever happens to the output, keep draining the pipe
+            route.write(rest, to_stderr)
+        except Exception:  # noqa: BLE001
             pass
     stream.close()
 

@@ -9,6 +9,7 @@ ParameterServerStrategy, which allows no batch-level callbacks, it reports once 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from types import ModuleType
 from typing import Any, Callable
@@ -84,7 +85,34 @@ def _fit_callbacks(model: Any, given: Any, progress_class: type, reporter: Repor
     if any(type(cb).__module__ == "tfdist.runtime.progress" for cb in listed):
         reporter.runtime_reports = True  # the script uses tfdist.runtime's callbacks: they report already
         return []
-    return [progress_class(batch_hooks=not _parameter_server(model))]
+    parameter_server = _parameter_server(model)
+    if not parameter_server:  # ParameterServerStrategy has no preemption handler for Keras
+        for backup in (cb for cb in listed if type(cb).__name__ == "BackupAndRestore"
+                       and type(cb).__module__.split(".")[0] == TF_KERAS):
+            _save_on_sigterm(backup, reporter)
+    return [progress_class(batch_hooks=not parameter_server)]
+
+
+def _save_on_sigterm(backup: Any, reporter: Reporter) -> None:
+    """The script's own tf-keras ``BackupAndRestore`` also saves on SIGTERM (as ``tfdist.runtime``'s does): TensorFlow's
+    preemption handler is attached once it has restored, and checked after each batch."""
+    if getattr(backup, _MARK, False):
+        return
+    setattr(backup, _MARK, True)
+    begin = backup.on_train_begin
+
+    def on_train_begin(logs: Any = None) -> None:
+        begin(logs)
+        try:
+            from tfdist.runtime.fault_tolerance import attach_preemption_handler
+
+            attach_preemption_handler(backup)
+            reporter.heartbeat.saves = True  # the launcher may now promise a save for this task
+        except Exception as error:  # noqa: BLE001 - training goes on; only the save on SIGTERM is missing
+            sys.stderr.write(f"tfdist: SIGTERM will not save this task ({type(error).__name__}: {error})\n")
+
+    backup.on_train_begin = on_train_begin
+    backup._implements_train_batch_hooks = lambda: True  # where the handler is checked
 
 
 def _parameter_server(model: Any) -> bool:
