@@ -72,11 +72,12 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(METRICS_PORT, SetBy.LAUNCHER, "with --metrics-port: the port this task serves /metrics and /healthz on"),
     EnvVar(METRICS_HOST, SetBy.LAUNCHER, "with --metrics-port: the address those endpoints bind"),
     EnvVar(WARM_START, SetBy.LAUNCHER, "1 in a task that started from a warm spare"),
-    EnvVar(BOOTSTRAP, SetBy.LAUNCHER, "1 in a Python task the task bootstrap watches (its folder is put first on "
-           "PYTHONPATH; both are gone from the script's environment once it started; --no-bootstrap: unset)"),
     EnvVar(PROTOCOL, SetBy.LAUNCHER, "version of the heartbeat and error records the launcher reads"),
     EnvVar(SNAPSHOT_DIR, SetBy.LAUNCHER, "this run's shared-memory folder for in-memory snapshots (the launcher "
            "creates and removes it)"),
+    EnvVar(BOOTSTRAP, SetBy.LAUNCHER_DEFAULT, "1: the task bootstrap runs before a Python task's script (its folder "
+           "is put first on PYTHONPATH; both are gone from the script's environment once it runs; --no-bootstrap: "
+           "unset)"),
     EnvVar(LEGACY_KERAS, SetBy.LAUNCHER_DEFAULT, "1 when tf-keras is installed (Keras 3 cannot run multi-worker fit)"),
     EnvVar(CUDA_VISIBLE_DEVICES, SetBy.LAUNCHER_DEFAULT, "this task's share of the local GPUs (when GPUs are present)"),
     EnvVar("TF_NUM_INTEROP_THREADS", SetBy.LAUNCHER_DEFAULT,

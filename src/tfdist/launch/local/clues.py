@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"\n]{1,4096})", line (?P<line>\d{1,9})', re.MULTILINE)
 # The last line of a traceback: "ZeroDivisionError: division by zero", "tensorflow...errors_impl.AbortedError: ...".
-_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]{0,200})(?::|$)")
+_EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.]{0,200})(?::|\Z)")
 UNHEALTHY_MARKER = "The following tasks are unhealthy"
 _TASK_NAME = re.compile(r"/job:(?P<type>[a-z_]{1,32})/replica:\d{1,9}/task:(?P<index>\d{1,9})")
 

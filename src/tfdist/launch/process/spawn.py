@@ -10,7 +10,6 @@ import ctypes
 import ctypes.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -163,14 +162,26 @@ class _Route:
                     pass
 
 
-_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
 _MAX_SEGMENT = 1 << 16  # a longer run without a line end is passed on in pieces
 
 
 def split_segments(buffer: bytes) -> tuple[list[bytes], bytes]:
     """The complete segments of ``buffer`` (each ending in ``\n``, ``\r\n`` or ``\r``) and what is left of it."""
-    segments = [m.group() for m in _SEGMENT.finditer(buffer)]
-    rest = buffer[sum(len(seg) for seg in segments):]
+    segments: list[bytes] = []
+    start, size = 0, len(buffer)
+    newline, carriage = buffer.find(b"\n"), buffer.find(b"\r")
+    while newline >= 0 or carriage >= 0:
+        if carriage >= 0 and (newline < 0 or carriage < newline):
+            end = carriage + 2 if buffer[carriage + 1:carriage + 2] == b"\n" else carriage + 1
+        else:
+            end = newline + 1
+        segments.append(buffer[start:end])
+        start = end
+        if 0 <= newline < start:
+            newline = buffer.find(b"\n", start)
+        if 0 <= carriage < start:
+            carriage = buffer.find(b"\r", start)
+    rest = buffer[start:size]
     if len(rest) >= _MAX_SEGMENT:
         segments.append(rest)
         rest = b""

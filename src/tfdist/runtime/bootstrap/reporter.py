@@ -8,6 +8,7 @@ that a failure came after training ended.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import weakref
@@ -35,6 +36,7 @@ class Reporter:
         self.runtime_reports = False  # the script uses tfdist.runtime's own progress callback
         self.failed = False
         self.ended = False  # a fit returned and no other runs: training has finished
+        self.reported = False  # this reporter wrote the heartbeat (not only tfdist.runtime)
         self.saves_on_stop = False  # a save handler is installed (a BackupAndRestore got the preemption handler)
         self.progress: Any = None  # the Keras fit's tfdist.runtime.progress.Progress
         self.step: int | None = None
@@ -66,8 +68,13 @@ class Reporter:
         atexit.register(self.at_exit)
 
     def at_exit(self) -> None:
+        """A clean exit ends the task's training: say so, unless someone else (``tfdist.runtime``) wrote the
+        heartbeat, or a ``fit`` already said it."""
         self._stop.set()
-        if not self.failed and self.heartbeat.path:
+        path = self.heartbeat.path
+        if self.failed or not path or self.ended:
+            return
+        if self.reported or not os.path.exists(path):
             self.finished()
 
     # -- Keras fit (driven by the callback in keras_hooks) -------------------------------------------------------
@@ -77,6 +84,7 @@ class Reporter:
         with self._lock:
             self.fits += 1
         self.ended = False
+        self.reported = True
         self.progress = Progress(heartbeat=self.heartbeat)
         self.progress.begin(step, steps_per_call=steps_per_call, total_steps=total_steps)
         self.step = step
@@ -130,6 +138,7 @@ class Reporter:
             return
         if step != self._first_seen and step != self.step:
             self.step = step
+            self.reported = True
             self.heartbeat.beat(step, force=True)
 
 
