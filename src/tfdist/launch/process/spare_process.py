@@ -19,7 +19,9 @@ import os
 import runpy
 import sys
 
+from tfdist.protocol import stackdump
 from tfdist.protocol.plan import forget_bootstrap
+from tfdist.protocol.variables import BOOTSTRAP
 from tfdist.protocol.variables import WARM_PRELOAD as PRELOAD_VARIABLE
 from tfdist.protocol.variables import WARM_START as WARM_MARK  # "1" in a task that started from a spare
 
@@ -48,8 +50,12 @@ def main() -> int:
     os.environ.update(order["env"])
     os.environ[WARM_MARK] = "1"
     # The task bootstrap, when on, started with this process already (its variables were in the spare's own
-    # environment); the task's copy of them must not reach the script's children.
+    # environment); the task's copy of them must not reach the script's children. Its stack-dump registration
+    # needs the task's heartbeat path, known only now.
+    bootstrapped = os.environ.get(BOOTSTRAP) == "1"
     forget_bootstrap(os.environ)
+    if bootstrapped:
+        stackdump.install()
     argv = list(order["argv"])
     if argv[:1] == ["-m"]:
         sys.argv = [argv[1], *argv[2:]]

@@ -20,7 +20,7 @@ What it watches, without costing the training steps anything measurable:
   background thread every heartbeat interval (:mod:`.loops`); it cannot see a loss there, nor a loop without a Keras
   optimizer.
 - The error hook of :mod:`tfdist.runtime.reporting`, and the stack-dump registration of the flight recorder
-  (``tfdist.protocol.stackdump.install``) when that module exists.
+  (:func:`tfdist.protocol.stackdump.install`).
 """
 from __future__ import annotations
 
@@ -59,16 +59,11 @@ def activate(site_dir: str = SITE_DIR) -> None:  # noqa: ARG001 - sitecustomize 
 
 
 def _install_stackdump() -> None:
-    # HOOK for the flight recorder (issue 22): tfdist.protocol.stackdump registers faulthandler on a signal, writing
-    # into the per-task file the launcher collects. Until that module is on main there is nothing to install.
-    try:
-        from tfdist.protocol import stackdump  # type: ignore[import-not-found,attr-defined]
-    except ImportError:
-        return
-    try:
-        stackdump.install()
-    except Exception as error:  # noqa: BLE001 - a dump we cannot take must not stop the training
-        sys.stderr.write(f"tfdist: stack dumps are off in this task ({type(error).__name__}: {error})\n")
+    # The flight recorder (issue 22) asks a task for its Python stacks with a signal; this registers faulthandler for it,
+    # writing next to the heartbeat file. A warm spare has no heartbeat path yet: it installs once its task is known.
+    from tfdist.protocol import stackdump
+
+    stackdump.install()  # never raises
 
 
 def reporter() -> object | None:
