@@ -16,10 +16,11 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--steps", type=int, default=5, help="steps per epoch")
 parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds each step also takes (slow training)")
 parser.add_argument("--divide-by-zero", action="store_true", help="worker 1 divides by zero before training")
-parser.add_argument("--fail-after-fit", action="store_true", help="worker 1 raises once fit has returned")
+parser.add_argument("--fail-after-fit", action="store_true",
+                    help="worker 1 raises once fit has returned, while worker 0 waits for a file worker 1 never writes")
 parser.add_argument("--save-dir", help="where the chief saves the trained model")
 parser.add_argument("--verbose", type=int, default=2, help="Keras' verbose (1: progress bars)")
-parser.add_argument("--hang-once", metavar="MARKER", help="worker 1 hangs at step 3 unless MARKER exists (it makes it)")
+parser.add_argument("--hang-once", metavar="MARKER", help="worker 1 hangs at step 10 unless MARKER exists (it makes it)")
 args = parser.parse_args()
 
 
@@ -52,7 +53,7 @@ class SlowSteps(tf.keras.callbacks.Callback):
 
 class HangOnce(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
-        if batch == 3 and not os.path.exists(args.hang_once):
+        if batch == 10 and not os.path.exists(args.hang_once):
             open(args.hang_once, "w").close()
             while True:  # a stuck input pipeline, a deadlock: no error, no progress
                 time.sleep(1)
@@ -80,8 +81,15 @@ if args.hang_once and task["index"] == 1:
 multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs, steps_per_epoch=args.steps, callbacks=callbacks,
                        verbose=args.verbose)
 
-if args.fail_after_fit and task["index"] == 1:
-    raise RuntimeError("the model file was not there yet")
+if args.fail_after_fit:
+    # The script's own race after training: worker 1 expects a file the chief has not written yet, the chief waits
+    # for worker 1's answer.
+    answer = os.path.join(args.backup_dir, "worker-1-answer")
+    if task["index"] == 1:
+        raise RuntimeError("the model file was not there yet")
+    deadline = time.monotonic() + 120
+    while not os.path.exists(answer) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def write_filepath(filepath, task_type, task_id):

@@ -74,6 +74,10 @@ class Reporter:
         path = self.heartbeat.path
         if self.failed or not path or self.ended:
             return
+        if not self.fits and not self.runtime_reports:  # a custom loop's last steps, since the last look
+            steps = [s for s in (self._read_step(o) for o in list(self._optimizers)) if s is not None]
+            if steps and (self.step is not None or max(steps) != self._first_seen):
+                self.step, self.reported = max(steps), True
         if self.reported or not os.path.exists(path):
             self.finished()
 
@@ -117,6 +121,10 @@ class Reporter:
         self._optimizers.add(optimizer)
         with self._lock:
             if self._watcher is None:
+                # Run at exit before the handlers TensorFlow registered since start-up (its strategy's), while the
+                # optimizer's step can still be read: atexit runs the last registered first.
+                atexit.unregister(self.at_exit)
+                atexit.register(self.at_exit)
                 self._watcher = threading.Thread(target=self._watch_loop, name="tfdist-bootstrap-steps", daemon=True)
                 self._watcher.start()
 

@@ -1,0 +1,205 @@
+"""Plain tf.distribute scripts (tests/plain: TensorFlow's tutorials' patterns, importing nothing of tfdist) under
+`tfdist launch` with real TensorFlow: the four tutorials train and report through the task bootstrap, and each item
+of issue 24 holds (states and hang detection, signals, progress bars, blame, after-training, repeated failures, the
+root-cause excerpt, the interpreter as first word and one summary). Small and few steps, but real: slow."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tfdist.protocol import TaskState, read_heartbeat
+
+pytestmark = pytest.mark.slow
+PLAIN = REPO_ROOT / "tests" / "plain"
+KERAS, LOOP, PS, MIRRORED = (str(PLAIN / n) for n in ("keras_multiworker.py", "custom_loop.py", "ps_training.py",
+                                                       "mirrored_one_machine.py"))
+TIMEOUT = 900  # a loaded 2-core machine runs TensorFlow's start-up several times slower
+
+
+def launch(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfdist", "launch", "--backoff", "0", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO_ROOT)
+
+
+def beat(logs: Path, task: str, attempt: int = 0):
+    return read_heartbeat(str(logs / f"attempt-{attempt}" / f"{task.replace(':', '-')}.heartbeat"))
+
+
+def wait_for(condition, timeout: float = TIMEOUT, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def progressed(logs: Path, tasks: list[str], past: int = 5) -> bool:
+    beats = [beat(logs, t) for t in tasks]
+    return all(b is not None and b.step is not None and b.step > past for b in beats)
+
+
+# -- the four tutorials -------------------------------------------------------------------------------------------
+def test_keras_with_backup_and_restore_reports_steps_loss_and_done(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("-n", "2", "--log-dir", str(logs), "--", KERAS, "--backup-dir", str(tmp_path / "b"),
+                  "--epochs", "2", "--steps", "5")
+    assert done.returncode == 0, done.stderr
+    for task in ("worker:0", "worker:1"):
+        record = beat(logs, task)
+        assert record.state is TaskState.FINISHED and record.step == 10 and record.total_steps == 10, record
+        assert record.loss is not None and record.saves  # its BackupAndRestore got the save on SIGTERM
+    status = subprocess.run([sys.executable, "-m", "tfdist", "status", str(logs)], capture_output=True, text=True,
+                            timeout=120, cwd=REPO_ROOT)
+    assert re.search(r"worker:0\s+done\s+step 10/10", status.stdout), status.stdout
+    assert re.search(r"worker:1\s+done", status.stdout), status.stdout
+
+
+def test_custom_loop_with_checkpoint_manager_reports_the_optimizer_step(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("-n", "2", "--log-dir", str(logs), "--", LOOP, "--checkpoint-dir", str(tmp_path / "c"),
+                  "--epochs", "2", "--steps", "5", "--step-sleep", "0.2")
+    assert done.returncode == 0, done.stderr
+    assert "Epoch: 1," in done.stdout
+    for task in ("worker:0", "worker:1"):
+        record = beat(logs, task)
+        assert record.state is TaskState.FINISHED and record.step == 10, record
+    assert (tmp_path / "c" / "ckpt" / "checkpoint").exists()  # the chief's CheckpointManager wrote
+
+
+def test_parameter_server_training_with_a_coordinator(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("--chief", "-n", "2", "--ps", "1", "--log-dir", str(logs), "--", PS, "--epochs", "2",
+                  "--steps", "10")
+    assert done.returncode == 0, done.stderr
+    assert "Final step: 20" in done.stdout
+    chief = beat(logs, "chief:0")
+    assert chief.state is TaskState.FINISHED and chief.step == 20, chief
+
+
+def test_mirrored_on_one_machine_with_python_as_first_word_and_one_summary(tmp_path):
+    """Also issue 24 item 9: `-- python script.py` runs the script with that Python, and the success summary is
+    printed once when the live view is on (it prints its own)."""
+    logs = tmp_path / "logs"
+    done = launch("--live", "-n", "1", "--log-dir", str(logs), "--", sys.executable, MIRRORED,
+                  "--checkpoint-dir", str(tmp_path / "c"), "--epochs", "3")
+    assert done.returncode == 0, done.stderr
+    assert "Eval accuracy" in done.stdout
+    record = beat(logs, "worker:0")
+    assert record.state is TaskState.FINISHED and record.step == 30 and record.loss is not None, record
+    run_id = re.search(r"job (\w+): logs in", done.stderr).group(1)
+    assert len(re.findall(rf"job {run_id} succeeded", done.stderr)) == 1, done.stderr
+
+
+# -- issue 24, item by item ---------------------------------------------------------------------------------------
+def test_1_a_stuck_plain_script_is_caught_and_restarts_from_warm_spares(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("-n", "2", "--hang-timeout", "10", "--max-restarts", "1", "--log-dir", str(logs), "--", KERAS,
+                  "--backup-dir", str(tmp_path / "b"), "--epochs", "1", "--steps", "30", "--step-sleep", "0.1",
+                  "--hang-once", str(tmp_path / "hung-once"))
+    assert done.returncode == 0, done.stderr
+    assert "made no progress for 10s" in done.stderr, done.stderr
+    assert re.search(r"attempt 1: started 2 task\(s\) \(2 from warm spares\)", done.stderr), done.stderr
+    assert beat(logs, "worker:0", attempt=1).state is TaskState.FINISHED
+
+
+def test_2_parameter_servers_without_a_chief_are_refused_and_dry_run_says_what_roles_do(tmp_path):
+    refused = launch("--ps", "1", "-n", "2", "--", PS, timeout=120)
+    assert refused.returncode == 2 and "--chief" in refused.stderr and "Traceback" not in refused.stderr
+    dry = launch("--dry-run", "--chief", "--ps", "1", "-n", "2", "--", PS, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert "chief:0 is the coordinator" in dry.stdout and "ps:0 hold the variables" in dry.stdout
+
+
+def test_3_a_stop_says_who_saves_and_keeps_the_folder_it_points_at(tmp_path):
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--grace-period", "5", "--", LOOP, "--checkpoint-dir",
+         str(tmp_path / "c"), "--epochs", "1", "--steps", "100000", "--step-sleep", "0.05"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        first = launcher.stderr.readline()
+        logs = Path(re.search(r"logs in (\S+)", first).group(1))
+        wait_for(lambda: progressed(logs, ["worker:0", "worker:1"]), what="both workers to run steps")
+        launcher.send_signal(signal.SIGTERM)
+        err = first + launcher.stderr.read()
+        launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 143, err
+    assert "got SIGTERM: stopping all tasks (no task has a save handler: nothing is saved" in err, err
+    assert "Ctrl-C" not in err and "they save first" not in err
+    report = err.split("did not succeed")[1]
+    assert f"logs in {logs}" in report and logs.is_dir()  # the folder the report points at is still there
+
+
+def test_4_progress_bars_are_relayed_as_they_come_each_redraw_prefixed(tmp_path):
+    done = launch("-n", "1", "--", KERAS, "--backup-dir", str(tmp_path / "b"), "--epochs", "1", "--steps", "20",
+                  "--step-sleep", "0.05", "--verbose", "1")
+    assert done.returncode == 0, done.stderr
+    redraws = done.stdout.split("\r")[1:]
+    assert len(redraws) > 5, repr(done.stdout[-500:])
+    assert all(seg.startswith("[worker:0] ") for seg in redraws if seg), repr(done.stdout[-800:])
+
+
+def test_5_a_stopped_worker_is_blamed_not_the_healthy_one_tensorflow_aborted(tmp_path):
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--hang-timeout", "0", "--max-restarts", "0",
+         "--log-dir", str(logs), "--", KERAS, "--backup-dir", str(tmp_path / "b"), "--epochs", "1", "--steps",
+         "100000", "--step-sleep", "0.05"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=REPO_ROOT)
+    try:
+        wait_for(lambda: progressed(logs, ["worker:0", "worker:1"]), what="both workers to run steps")
+        tasks = json.loads((logs / "attempt-0" / "tasks.json").read_text())
+        victim = next(t["pid"] for t in tasks if t["task"] == "worker:1")
+        os.kill(victim, signal.SIGSTOP)
+        _, err = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 3, err
+    log0 = (logs / "attempt-0" / "worker-0.log").read_text(errors="replace")
+    assert "unhealthy" in log0  # TensorFlow aborted the healthy worker, as in the issue
+    assert re.search(r"root cause \(attempt #0\): worker:1 ", err), err
+    assert "stopped (SIGSTOP)" in err
+
+
+def test_6_a_failure_after_training_finished_is_reported_and_not_retrained(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("-n", "2", "--max-restarts", "2", "--log-dir", str(logs), "--", KERAS, "--backup-dir",
+                  str(tmp_path / "b"), "--epochs", "1", "--steps", "5", "--fail-after-fit")
+    assert done.returncode == 3, done.stderr
+    assert re.search(r"worker:1 failed after training finished, in \S*keras_multiworker\.py:\d+", done.stderr), \
+        done.stderr
+    assert "--restart-after-training" in done.stderr
+    assert not (logs / "attempt-1").exists()
+
+
+def test_7_the_same_failure_twice_stops_the_restarts(tmp_path):
+    logs = tmp_path / "logs"
+    done = launch("-n", "2", "--log-dir", str(logs), "--", KERAS, "--backup-dir", str(tmp_path / "b"),
+                  "--divide-by-zero")  # the default --max-restarts (3)
+    assert done.returncode == 3, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "in two attempts in a row" in line]
+    assert len(lines) == 1 and re.search(r"the same ZeroDivisionError at \S*keras_multiworker\.py:\d+", lines[0])
+    assert (logs / "attempt-1").exists() and not (logs / "attempt-2").exists()
+
+
+GLOG = re.compile(r"^\s*[IWEF]\d{4} \d")
+
+
+def test_8_the_root_cause_excerpt_is_filtered_like_the_console(tmp_path):
+    done = launch("--no-bootstrap", "-n", "2", "--max-restarts", "0", "--tf-log-level", "fatal", "--", KERAS,
+                  "--backup-dir", str(tmp_path / "b"), "--divide-by-zero")
+    assert done.returncode == 3, done.stderr
+    excerpt = done.stderr.split("last lines of its stderr:")[1]
+    assert "ZeroDivisionError" in excerpt
+    assert not [line for line in excerpt.splitlines() if GLOG.match(line) or "absl::InitializeLog" in line], excerpt
