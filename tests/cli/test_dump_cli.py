@@ -26,7 +26,9 @@ HANG_LINE = Path(FAKE).read_text().splitlines().index("        heartbeat.beat(1)
 def running_job(tmp_path):
     logs = tmp_path / "logs"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--log-dir", str(logs), "--hang-timeout", "0", "--",
+        # --no-bootstrap: the task bootstrap would register faulthandler; this job checks a task that did not.
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--log-dir", str(logs), "--hang-timeout", "0",
+         "--no-bootstrap", "--",
          FAKE, str(tmp_path / "out"), "--hang", "worker:1", "--sleep", "120"],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
