@@ -61,6 +61,8 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "allow_keras3": (["--allow-keras3"], {HOSTFILE: "--allow-keras3", RENDEZVOUS: ""}),
     "warm_spares": (["--no-warm-spares"], {HOSTFILE: "--no-warm-spares", RENDEZVOUS: ""}),
     "thread_caps": (["--thread-caps"], {HOSTFILE: "--thread-caps", RENDEZVOUS: "OMP_NUM_THREADS="}),
+    "bootstrap": (["--no-bootstrap"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
+    "restart_after_training": (["--restart-after-training"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "live": (["--live"], {HOSTFILE: REFUSED, RENDEZVOUS: ""}),
     "module": (["-m"], {HOSTFILE: "-m -- json.tool", RENDEZVOUS: "-u -m json.tool"}),
     "no_python": (["--no-python"], {HOSTFILE: "--no-python -- /bin/true", RENDEZVOUS: "command: /bin/true"}),

@@ -52,6 +52,11 @@ ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     "allow_keras3": _both(WORKS),
     "warm_spares": _both(WORKS),
     "thread_caps": _both(WORKS),  # each machine's cores shared among its own workers
+    # The task bootstrap runs in every machine's Python tasks; turning it off, and the single-machine rule on failures
+    # after training, are not carried to the agents yet.
+    "bootstrap": _both("across machines the task bootstrap always runs in Python tasks: drop --no-bootstrap"),
+    "restart_after_training": _both("across machines the rendezvous restarts after any failure, after training "
+                                    "too: drop it"),
     "live": {HOSTFILE: "the agents run over ssh without a terminal: run `tfdist status` or `tfdist launch --live` "
                        "on a machine of the job instead (--rdzv-endpoint)", RENDEZVOUS: WORKS},
     "module": _both(WORKS),
