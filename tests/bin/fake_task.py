@@ -1,6 +1,6 @@
 """A stand-in training task for launcher tests (no TensorFlow): behaves as its arguments say, per task.
 
-    fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--leader-sleep S] [--hang TASK]
+    fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--hang TASK]
                  [--first-attempt-only] [--spawn-child] [--detach-child] [--startup-delay S] [--chatter N]
                  [--total-steps N]
 
@@ -41,6 +41,9 @@ def main() -> int:
     p.add_argument("--others-wait", action="store_true",
                    help="in an attempt where --fail/--raise names another task, wait (up to 60 s) to be stopped "
                         "instead of finishing: the failure then always comes first, however slowly tasks start")
+    p.add_argument("--first-attempt-waits", action="store_true",
+                   help="in attempt 0, a task that started wait (up to 60 s) to be stopped: whatever fails in that "
+                        "attempt (a stolen port) always ends it first, however slowly the other tasks start")
     p.add_argument("--total-steps", type=int, default=None,
                    help="train this many 20 ms steps (instead of --sleep), reporting the total and a falling loss")
     args = p.parse_args()
@@ -108,6 +111,8 @@ def main() -> int:
     failing = {spec.rpartition(":")[0] for spec in args.fail} | set(args.raise_in)
     if active and args.others_wait and failing - {me}:
         time.sleep(60)  # the launcher stops this task once the failing one has failed
+    if args.first_attempt_waits and attempt == 0:
+        time.sleep(60)  # the launcher stops this task once another one failed
     if info.task_type == "ps":
         time.sleep(3600)  # parameter servers serve until stopped
     deadline = time.monotonic() + args.sleep

@@ -30,7 +30,8 @@ def test_stolen_port_is_retried_with_fresh_ports(tmp_path, monkeypatch):
         return ports
 
     monkeypatch.setattr(supervisor_module, "free_ports", ports_with_one_stolen)
-    spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--bind"), workers=2,
+    spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--bind",
+                               "--first-attempt-waits"), workers=2,
                       log_dir=str(tmp_path / "logs"), max_restarts=0, backoff=0)
     try:
         result = Supervisor(spec).run()
