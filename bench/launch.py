@@ -209,8 +209,8 @@ def flight_cost(rounds: int, calls: int = 2000) -> float:
     ratio = median_ratio(cost["watch (us/poll)"], cost["no watch (us/poll)"])
     extra = median(cost["watch (us/poll)"]) - median(cost["no watch (us/poll)"])
     print(f"    median poll {median(cost['watch (us/poll)']):.0f} us with the watch sampling every poll, "
-          f"{median(cost['no watch (us/poll)']):.0f} us without: ratio {ratio:.2f}; at the real rate (2 samples/s "
-          f"per task) the watch costs the launcher {extra * 4 / 1e4:.4f}% of one core")
+          f"{median(cost['no watch (us/poll)']):.0f} us without: ratio {ratio:.2f}; at the real rate (each task "
+          f"sampled twice a second) the watch costs the launcher {extra * 2 / 1e4:.3f}% of one core for 2 tasks")
     return ratio
 
 

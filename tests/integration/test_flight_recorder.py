@@ -24,8 +24,9 @@ pytest.importorskip("tensorflow")
 
 HANG_JOB = REPO_ROOT / "tests" / "bin" / "hang_job.py"
 SOURCE = HANG_JOB.read_text().splitlines()
-# Long enough for the first (traced) step on a loaded 2-core machine: the watchdog counts from the first heartbeat.
-HANG_TIMEOUT = "10"
+# The job traces its step before its first heartbeat (the watchdog counts from there); a step of the tiny model then
+# takes milliseconds, so 15 s of silence is a hang even on a loaded 2-core machine.
+HANG_TIMEOUT = "15"
 
 
 def line_of(text: str) -> int:
@@ -95,9 +96,10 @@ def assert_names_worker_1(job: HungJob, report: dict, rule: str) -> None:
     assert str(job.logs / "hang-attempt-0.txt") in job.err
     assert (job.logs / "hang-attempt-0.txt").read_text().splitlines()[1] == f"verdict: {verdict['headline']}"
     assert "flight recorder (attempt #0): worker:1 stopped first" in job.err, "the job report points to it"
-    other = task_entry(report, "worker:0")
-    if other["exited"] is False:
-        assert other["doing"] == "tensorflow" and "waiting in a collective all-reduce" in verdict["others"]
+    # Worker 0 waits in the all-reduce, unless TensorFlow's coordination service (when worker 1 stopped sending
+    # its own heartbeats) aborted that collective first.
+    assert "waiting in a collective all-reduce" in verdict["others"] or "worker:1 unhealthy" in verdict["others"] \
+        or task_entry(report, "worker:0")["exited"], verdict["others"]
 
 
 def assert_where(report: dict, function: str, line: int) -> None:
@@ -151,5 +153,6 @@ def test_worker_leaves_its_training_loop_early(job):
     assert_names_worker_1(hung, report, "outside-tensorflow")
     assert_where(report, "wait_for_results", line_of("threading.Event().wait(3600)"))
     left = task_entry(report, "worker:1")
-    assert left["finished"] is True and "left its training loop at step 5" in report["verdict"]["headline"]
-    assert task_entry(report, "worker:0")["step"] > left["step"], "worker 0 went on to the next step's all-reduce"
+    assert f"left its training loop (Model.fit is not on its stack) at step {left['step']}" in \
+        report["verdict"]["headline"]
+    assert not any(f["function"] == "Model.fit" for t in left["threads"] for f in t["frames"])

@@ -41,3 +41,33 @@ def test_a_users_choice_of_devices_is_kept(tmp_path):
 
 def test_no_gpus_no_device_variable(tmp_path):
     assert all("CUDA_VISIBLE_DEVICES" not in p.extra_env for p in node1(tmp_path, base_env={"PATH": "/bin"}).plans)
+
+
+def test_a_failure_on_this_machine_carries_the_flight_recorders_verdict(tmp_path):
+    """Worker 3 fails while worker 2 still trains: before anything is stopped, this machine's tasks are read, the
+    verdict goes into the outcome's detail (what the agent tells the rendezvous server), the report into the folder.
+    Real processes: the stand-in task, on loopback addresses."""
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    fake = str(Path(__file__).resolve().parents[1] / "bin" / "fake_task.py")
+    group = NodeGroup(command=Command(fake, (str(tmp_path / "out"), "--fail", "worker:1:3", "--fail-delay", "0.5",
+                                             "--others-wait", "--sleep", "60"), interpreter=sys.executable),
+                      workers=("127.0.0.1:1", "127.0.0.1:2"), first_index=0, slots=2, node_rank=0, round_=0,
+                      job="j", log_dir=str(tmp_path / "logs"), env={}, legacy_keras=False, max_restarts=0,
+                      timeouts=Timeouts(), base_env=dict(os.environ))
+    group.start()
+    try:
+        deadline = time.monotonic() + 60
+        outcome = None
+        while outcome is None and time.monotonic() < deadline:
+            outcome = group.outcome()
+            time.sleep(0.05)
+    finally:
+        group.stop(graceful=False)
+    assert outcome is not None and outcome[0] == "failed", outcome
+    assert "exit code 3; flight recorder: worker:1 stopped first: exit code 3" in outcome[1], outcome
+    report = tmp_path / "logs" / "hang-attempt-0.txt"
+    assert f"(report: {report})" in outcome[1] and report.read_text().startswith("tfdist flight recorder")

@@ -16,7 +16,9 @@ from typing import Mapping
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
+from tfdist.launch.flight import recorder as flight
 from tfdist.launch.local import rules
+from tfdist.launch.outcome import Cause
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.process.spawn import Console
 from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
@@ -134,7 +136,16 @@ class NodeGroup:
             return "preempted", f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
         failure = self.group.failure(verdict.culprit)
         detail = failure.headline if failure is not None else str(verdict.culprit)
-        return "failed", f"{detail}{f' ({verdict.detail})' if verdict.detail else ''}"
+        detail += f" ({verdict.detail})" if verdict.detail else ""
+        if verdict.cause is Cause.HUNG or (verdict.cause is Cause.TASK_FAILED and flight.others_running(self.group)):
+            # The flight recorder reads this machine's tasks before anything is stopped; its verdict travels to the
+            # rendezvous server in the outcome's detail, the full report stays in this machine's log folder.
+            result, path = flight.record(flight.targets_of(self.group), run_id=self.plans[0].run_id if self.plans
+                                         else "", attempt=self.group.attempt, folder=self.group.attempt_dir,
+                                         reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,
+                                         watchdog_task=verdict.culprit)
+            detail += f"; flight recorder: {result.verdict.headline}" + (f" (report: {path})" if path else "")
+        return "failed", detail
 
     def stop(self, *, graceful: bool) -> str:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.

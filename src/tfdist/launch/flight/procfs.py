@@ -25,17 +25,31 @@ def _read(path: str, limit: int = 4096) -> str:
         return ""
 
 
-def read(pid: int) -> ProcFacts:
+def _stat(pid: int) -> tuple[str, float | None] | None:
+    """State and CPU seconds (user + system) from ``/proc/<pid>/stat``; None when the process is gone."""
     stat = _read(f"/proc/{pid}/stat")
     if ")" not in stat:
-        return ProcFacts()
+        return None
     fields = stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
     try:
         cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
     except (IndexError, ValueError):
         cpu = None
+    return (fields[0] if fields else ""), cpu
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time a process has used (one read: the cheap watch calls this at the heartbeat cadence)."""
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def read(pid: int) -> ProcFacts:
+    stat = _stat(pid)
+    if stat is None:
+        return ProcFacts()
     wchan = _read(f"/proc/{pid}/wchan", 200).strip()
-    return ProcFacts(state=fields[0] if fields else "", wchan="" if wchan == "0" else wchan, cpu_seconds=cpu)
+    return ProcFacts(state=stat[0], wchan="" if wchan == "0" else wchan, cpu_seconds=stat[1])
 
 
 def thread_wchan(pid: int, tid: int) -> str:

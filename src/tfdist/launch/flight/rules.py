@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tfdist.launch.flight.classify import activity
+from tfdist.launch.flight.classify import activity, main_thread
 from tfdist.launch.flight.evidence import Activity, Doing, TaskEvidence, Verdict
+from tfdist.launch.local.clues import unhealthy_peers
 from tfdist.launch.outcome import describe_exit
 
 TRAINER_ROLES = ("chief", "worker")
@@ -63,6 +64,11 @@ def describe(task: TaskEvidence, act: Activity, *, peer_missing: bool) -> str:
     if act.doing is Doing.INPUT:
         return f"in its Python input pipeline, {where(act)}"
     if act.doing is Doing.UNKNOWN:
+        peers = unhealthy_peers(task.output_tail)
+        if peers:  # TensorFlow's coordination service gave up on a peer and aborted this task's collective
+            return f"its collective was aborted: TensorFlow names {' and '.join(peers)} unhealthy"
+        if task.threads:
+            return "no Python frames (exiting, or running native code only)"
         return "no stacks" + (f" ({task.stacks_from})" if task.stacks_from else "")
     return where(act) or "running"
 
@@ -93,7 +99,8 @@ def decide(tasks: Sequence[TaskEvidence], *, watchdog_task: str | None = None) -
         culprit, rule = outside[0], "outside-tensorflow"
         act = acts[culprit.name]
         pipeline = "its Python input pipeline is " if act.doing is Doing.INPUT else ""
-        how = (f"left its training loop {_at(culprit)} and is {where(act)}" if culprit.finished else
+        loop = _left_loop(culprit, acts[inside[0].name].blocked_in)
+        how = (f"left its training loop{loop} {_at(culprit)} and is {where(act)}" if culprit.finished or loop else
                f"{_at(culprit)}, {pipeline}{where(act)}")
     elif len(steps) > 1:
         culprit, rule = min((t for t in running if t.step is not None), key=_order), "lowest-step"
@@ -115,6 +122,14 @@ def decide(tasks: Sequence[TaskEvidence], *, watchdog_task: str | None = None) -
     headline = f"{culprit.name} stopped first: {how}"
     return Verdict(culprit.name, headline, others=_others(tasks, acts, skip=culprit.name, peer_missing=True),
                    rule=rule, activities=acts)
+
+
+def _left_loop(task: TaskEvidence, loop: str | None) -> str:
+    """`` (Model.fit is not on its stack)`` when the call its peers wait in is missing from its main thread."""
+    main = main_thread(task.threads)
+    if not loop or main is None or any(f.function == loop for f in main.frames):
+        return ""
+    return f" ({loop} is not on its stack)"
 
 
 def _others(tasks: Sequence[TaskEvidence], acts: dict[str, Activity], *, skip: str, peer_missing: bool) -> str:

@@ -48,7 +48,7 @@ class QuietWatch:
         track = self._tracks.get(pid)
         if track is not None and now - track.last_sample < SAMPLE_EVERY:
             return now - track.last_active
-        cpu = procfs.read(pid).cpu_seconds
+        cpu = procfs.cpu_seconds(pid)
         try:
             size = os.stat(log_path).st_size
         except OSError:
