@@ -49,8 +49,9 @@ class Peer:
         self.sock.connect(server.address[:2])
         self.session = auth.agent_handshake(self.sock, secret)
         self.sock.settimeout(read_timeout)
-        self.channel = wire.Channel(self.sock, self.session, send_timeout=5.0)
-        self.channel.sock.settimeout(read_timeout)
+        # As the agent's link: a send may wait up to max(node_timeout, 5 s), twice what the server waits for a
+        # slow receiver while it forwards this peer's chunks (server.py), so a slow third party never cuts us off.
+        self.channel = wire.Channel(self.sock, self.session, send_timeout=20.0)
 
     def send(self, message: M.Message, wait: float = 0.0) -> None:
         assert self.channel.send(message, wait=wait, bulk=wait > 0)

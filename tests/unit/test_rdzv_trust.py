@@ -104,7 +104,7 @@ def test_4_a_member_that_never_reads_is_dropped_while_the_others_keep_their_keep
     monkeypatch.setattr(wire, "QUEUE_FRAMES", 12)
     said: list[str] = []
     data = bytes(range(256)) * 4096 * 12  # 12 MiB: more than a queue and the socket buffers hold
-    with live_server(said=said, min_nodes=3, max_nodes=3, node_timeout=4.0) as server:
+    with live_server(said=said, min_nodes=3, max_nodes=3, node_timeout=10.0) as server:  # roomy: a loaded CI
         chief, healthy, stuck = Peer(server), Peer(server), Peer(server, receive_buffer=4096)
         for peer, rank in ((chief, 0), (healthy, 1), (stuck, 2)):
             assert isinstance(peer.join(f"m{rank}", rank=rank), M.Welcome)
@@ -126,12 +126,13 @@ def test_4_a_member_that_never_reads_is_dropped_while_the_others_keep_their_keep
                                   end=offset + len(chunk) >= len(data), last=offset + len(chunk) >= len(data)),
                            wait=10)
 
-        def keep_alive() -> None:  # the stuck member is alive: it sends, it only never reads
-            while not stop.is_set() and stuck.channel.send(M.Ping()):
+        def keep_alive(peer: Peer) -> None:  # alive as an agent is: keep-alives from their own thread
+            while not stop.is_set() and peer.channel.send(M.Ping(), wait=5):
                 time.sleep(0.2)
 
         threading.Thread(target=upload, daemon=True).start()
-        threading.Thread(target=keep_alive, daemon=True).start()
+        for peer in (chief, stuck):  # the stuck member is alive too: it sends, it only never reads
+            threading.Thread(target=keep_alive, args=(peer,), daemon=True).start()
         received = 0
         deadline = time.monotonic() + 60
         while received < len(data) and time.monotonic() < deadline:  # the healthy member reads it all
@@ -140,7 +141,8 @@ def test_4_a_member_that_never_reads_is_dropped_while_the_others_keep_their_keep
                 received += len(base64.b64decode(message.data))
             healthy.send(M.Ping())
         assert received == len(data), "\n".join(said)
-        wait_until(lambda: any(line.startswith("lost node 3") for line in said), what="the stuck member dropped")
+        wait_until(lambda: any(line.startswith("lost node 3") for line in said), timeout=30,
+                   what="the stuck member dropped")
         stop.set()
         assert any(("does not read" in line or "missed its deadline" in line) for line in said), said
         assert healthy.receive((M.Ping,), timeout=5) is not None  # the server's clock still ticks
