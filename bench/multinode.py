@@ -8,8 +8,11 @@ Medians over --trials rounds, tfdist.examples.digits with one worker per machine
       -> the first resumed step; goals <= 1 s (killed), <= node-timeout + 1 s (cut), resumed <= 5 s after detection.
       Printed with where the time goes: stop + new round, TensorFlow start and restore (fit begins), first step.
 - (d) scale-up: a third machine joins a running 2-machine job -> steps lost (goal 0).
+- (e) etcd vs built-in rendezvous, alternating in the same run (a 3-member etcd on the 3 machines): the last agent
+      starts -> the first round is started (join to first round), and an agent SIGKILLed mid-job -> the first
+      resumed step (fault to resumed); medians side by side and their ratio.
 
-Needs root (network namespaces).   .venv/bin/python bench/multinode.py [--trials 3] [--parts abcd]
+Needs root (network namespaces).   .venv/bin/python bench/multinode.py [--trials 3] [--parts abcde]
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
 
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
+from tests.integration.etcd_cluster import EtcdCluster, why_no_etcd  # noqa: E402
 from tests.integration.netns import Machines, why_no_namespaces  # noqa: E402
 from tfdist.protocol import read_heartbeat  # noqa: E402
 
@@ -45,9 +49,12 @@ def secret_file(tmp: Path) -> str:
     return str(path)
 
 
-def agent(machines: Machines, i: int, tmp: Path, nnodes: str, *extra: str, script: list[str] = SCRIPT):
-    argv = [PYTHON, "-m", "tfdist", "launch", "--nnodes", nnodes, "--rdzv-endpoint", f"{machines.address(1)}:29400",
-            "--rdzv-secret-file", secret_file(tmp), "--node-rank", str(i - 1), "-n", "1", "--node-timeout", str(NODE_TIMEOUT), "--rdzv-last-call", "0.5",
+def agent(machines: Machines, i: int, tmp: Path, nnodes: str, *extra: str, script: list[str] = SCRIPT,
+          etcd: EtcdCluster | None = None):
+    where = ["--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoints] if etcd is not None else \
+        ["--rdzv-endpoint", f"{machines.address(1)}:29400"]
+    argv = [PYTHON, "-m", "tfdist", "launch", "--nnodes", nnodes, *where, "--rdzv-secret-file", secret_file(tmp),
+            "--node-rank", str(i - 1), "-n", "1", "--node-timeout", str(NODE_TIMEOUT), "--rdzv-last-call", "0.5",
             "--log-dir", str(tmp / f"logs{i}"), *extra, "--", DIGITS, *script, "--model-dir", str(tmp / "model")]
     err = open(tmp / f"m{i}.err", "wb")  # noqa: SIM115
     return subprocess.Popen(machines.command(i, argv), cwd=REPO, env=ENV, stdout=err, stderr=err)
@@ -153,6 +160,46 @@ def scale_up() -> float:
         return float(max(saved) - int(resumed.group(1)))
 
 
+# -- (e) ---------------------------------------------------------------------------------------------------------
+def on_backend(backend: str, measure):
+    """Run ``measure(machines, etcd_or_None)`` on 3 fresh machines; etcd's members run there for both backends, so
+    the machines carry the same load either way."""
+    with Machines(3) as machines, EtcdCluster(machines, members=(1, 2, 3)) as etcd:
+        return measure(machines, etcd if backend == "etcd" else None)
+
+
+def join_to_round(machines: Machines, etcd: EtcdCluster | None) -> float:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        procs = [agent(machines, i, tmp, "3", etcd=etcd) for i in (1, 2)]
+        wait(lambda: all(b"joined job" in (tmp / f"m{i}.err").read_bytes() for i in (1, 2)))
+        last = time.monotonic()
+        procs.append(agent(machines, 3, tmp, "3", etcd=etcd))
+        started = wait(lambda: any(b"round 0: started workers" in (tmp / f"m{i}.err").read_bytes()
+                                   for i in (1, 2, 3)))
+        for proc in procs:
+            proc.kill()
+        finish(procs)
+        return started - last
+
+
+def fault_to_resumed(machines: Machines, etcd: EtcdCluster | None) -> float:
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        slow = ["--epochs", "3", *SCRIPT[2:], "--step-delay", "0.05"]
+        procs = [agent(machines, i, tmp, "2:3", "--rdzv-timeout", "30", script=slow, etcd=etcd) for i in (1, 2, 3)]
+        wait(lambda: (step_of(tmp, 1, 0) or 0) >= 40)
+        fault = time.monotonic()
+        os.kill(procs[2].pid, signal.SIGKILL)
+        wait(lambda: step_of(tmp, 1, 1) is not None)
+        restored = step_of(tmp, 1, 1) or 0
+        resumed = wait(lambda: (step_of(tmp, 1, 1) or 0) > restored)
+        for proc in procs:
+            proc.kill()
+        finish(procs)
+        return resumed - fault
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
@@ -185,6 +232,15 @@ def main() -> int:
     if "d" in args.parts:
         lost = [scale_up() for _ in range(args.trials)]
         print(f"(d) steps lost at scale-up: median {median(lost):g} ({', '.join(f'{x:g}' for x in lost)}; goal 0)")
+    if "e" in args.parts and why_no_etcd() is None:
+        for name, measure in (("join -> first round", join_to_round), ("fault -> resumed step", fault_to_resumed)):
+            runs = alternate(args.trials, [(b, lambda b=b, m=measure: on_backend(b, m)) for b in ("etcd", "tfdist")])
+            print(f"(e) {name}: etcd median {median(runs['etcd']):.2f} s vs built-in {median(runs['tfdist']):.2f} s: "
+                  f"ratio {median_ratio(runs['etcd'], runs['tfdist']):.3f} (etcd "
+                  + ", ".join(f"{t:.2f}" for t in runs["etcd"]) + "; built-in "
+                  + ", ".join(f"{t:.2f}" for t in runs["tfdist"]) + ")")
+    elif "e" in args.parts:
+        print(f"(e) skipped: {why_no_etcd()}")
     print(f"load average at end: {os.getloadavg()}")
     return 0
 

@@ -43,12 +43,13 @@ def why_no_etcd() -> str | None:
     return None
 
 
-def _wait_healthy(endpoints: list[str], command: list[str] | None = None, timeout: float = 30.0) -> None:
+def _wait_healthy(endpoints: list[str], command: list[str] | None = None, timeout: float = 30.0,
+                  extra: list[str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         probe = (command or []) + [ETCDCTL, "--endpoints", ",".join(endpoints), "--dial-timeout", "1s",
-                                   "--command-timeout", "2s", "endpoint", "health"]
+                                   "--command-timeout", "2s", *(extra or []), "endpoint", "health"]
         done = subprocess.run(probe, capture_output=True, text=True, env={**os.environ, "ETCDCTL_API": "3"})
         if done.returncode == 0:
             return
@@ -158,13 +159,31 @@ class EtcdCluster:
         shutil.rmtree(self.datadir, ignore_errors=True)
 
 
-class LocalEtcd:
-    """One etcd member on loopback at free ports, for fast tests of the backend (no namespaces, no root)."""
+def make_certificates(folder: Path) -> dict[str, str]:
+    """A throw-away CA and a server certificate for 127.0.0.1 (openssl), as PEM paths: ca, cert, key."""
+    paths = {name: str(folder / f"{name}.pem") for name in ("ca", "ca-key", "cert", "key", "csr")}
+    run = lambda *argv: subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=60)  # noqa: E731
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+        "-subj", "/CN=tfdist test CA", "-keyout", paths["ca-key"], "-out", paths["ca"])
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", paths["key"], "-out", paths["csr"])
+    extensions = folder / "san.cnf"
+    extensions.write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    run("x509", "-req", "-in", paths["csr"], "-CA", paths["ca"], "-CAkey", paths["ca-key"], "-CAcreateserial",
+        "-days", "2", "-extfile", str(extensions), "-out", paths["cert"])
+    return paths
 
-    def __init__(self, *, extra: tuple[str, ...] = ()) -> None:
+
+class LocalEtcd:
+    """One etcd member on loopback at free ports, for fast tests of the backend (no namespaces, no root).
+    ``tls``: clients must use TLS (a CA made for the test; :attr:`certs` holds the PEM paths)."""
+
+    def __init__(self, *, extra: tuple[str, ...] = (), tls: bool = False) -> None:
         self.datadir = Path(tempfile.mkdtemp(prefix="tfdist-etcd-"))
         self.client_port, self.peer_port = _free_port(), _free_port()
         self.extra = extra
+        self.tls = tls
+        self.certs: dict[str, str] = {}
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -182,19 +201,29 @@ class LocalEtcd:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
+
+    def _ctl_tls(self) -> list[str]:
+        return ["--cacert", self.certs["ca"]] if self.tls else []
+
     def start(self) -> None:
-        url = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
-        argv = [ETCD, "--name", "solo", "--data-dir", str(self.datadir / "data"), "--listen-client-urls", url,
-                "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+        tls = []
+        if self.tls:
+            self.certs = make_certificates(self.datadir)
+            tls = ["--cert-file", self.certs["cert"], "--key-file", self.certs["key"]]
+        argv = [ETCD, "--name", "solo", "--data-dir", str(self.datadir / "data"), "--listen-client-urls", self.url,
+                "--advertise-client-urls", self.url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", f"solo={peer}", "--initial-cluster-token", f"tfdist-{secrets.token_hex(4)}",
-                *TIMING, *self.extra]
+                *TIMING, *tls, *self.extra]
         with open(self.datadir / "etcd.log", "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        _wait_healthy([url])
+        _wait_healthy([self.url], extra=self._ctl_tls())
 
     def etcdctl(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([ETCDCTL, "--endpoints", f"http://{self.endpoint}", *args], capture_output=True,
+        return subprocess.run([ETCDCTL, "--endpoints", self.url, *self._ctl_tls(), *args], capture_output=True,
                               text=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
 
     def pause(self) -> None:

@@ -193,3 +193,34 @@ def test_etcd_silent_longer_than_the_node_timeout_is_a_graceful_loss(etcd):
 
     assert isinstance(lost, Lost) and lost.graceful, lost
     assert "did not answer" in str(lost)
+
+
+def test_tls_and_etcd_user_authentication_through_the_conf_and_a_wrong_password_is_one_refusal(tmp_path):
+    from tfdist.launch.elastic.client import Refused
+    from tfdist.launch.elastic.etcd_link import EtcdLink
+    from tfdist.launch.elastic.etcd_store import parse_conf
+
+    with LocalEtcd(tls=True) as etcd:
+        for command in (["user", "add", "root:rootpw"], ["user", "add", "trainer:trainpw"], ["role", "add", "tfdist"],
+                        ["role", "grant-permission", "tfdist", "--prefix=true", "readwrite", "/tfdist/"],
+                        ["user", "grant-role", "trainer", "tfdist"], ["auth", "enable"]):
+            done = etcd.etcdctl(*command)
+            assert done.returncode == 0, done.stderr
+        job = settings("authed", 1, 1)
+        good, bad = tmp_path / "good", tmp_path / "bad"
+        good.write_text("trainpw\n")
+        bad.write_text("guess\n")
+        tls = f"cacert={etcd.certs['ca']}"
+        conf = parse_conf(etcd.endpoint, (f"user=trainer,password_file={good}", tls), 2.0, {})
+        agent = FakeAgent(etcd, job, 0, succeed_after=0.1)
+        agent.link = EtcdLink(conf, job, secret=SECRET, say=agent.said.append)
+        threading.Thread(target=agent._run, daemon=True).start()
+        assert agent.outcome()["status"] == 0
+        for pairs in ((f"user=trainer,password_file={bad}", tls), (tls,)):  # a wrong password, and none at all
+            link = EtcdLink(parse_conf(etcd.endpoint, pairs, 2.0, {}), settings(f"authed{len(pairs)}", 1, 1),
+                            secret=SECRET)
+            started = time.monotonic()
+            with pytest.raises(Refused) as refused:
+                link.connect({}, time.monotonic() + 30, lambda: False)
+            assert "etcd refused" in refused.value.reason and "--rdzv-conf" in refused.value.reason
+            assert time.monotonic() - started < 30  # refused at once, not retried until the deadline

@@ -31,18 +31,20 @@ def test_conf_defaults_and_timeout_follow_the_node_timeout():
 
 
 def test_user_password_from_a_file_or_the_environment_and_never_shown(tmp_path):
-    secret_file = tmp_path / "pw"
+    secret_file, ca = tmp_path / "pw", tmp_path / "ca.pem"
     secret_file.write_text("hunter2\n")
-    conf = parse_conf("e", (f"user=tf,password_file={secret_file}",), 5, {})
-    assert (conf.user, conf.password) == ("tf", "hunter2")
+    ca.write_text("not checked here\n")
+    conf = parse_conf("e", (f"user=tf,password_file={secret_file}", f"cacert={ca}"), 5, {})
+    assert (conf.user, conf.password, conf.cacert) == ("tf", "hunter2", str(ca))
     assert "hunter2" not in repr(conf)
-    assert parse_conf("e", ("user=tf",), 5, {"TFDIST_RDZV_ETCD_PASSWORD": "pw"}).password == "pw"
+    assert parse_conf("e", ("user=tf", f"cacert={ca}"), 5, {"TFDIST_RDZV_ETCD_PASSWORD": "pw"}).password == "pw"
 
 
 @pytest.mark.parametrize("pairs, env, fragment", [
     (("colour=red",), {}, "expected KEY=VALUE"),
     (("cacert",), {}, "expected KEY=VALUE"),
     (("user=tf",), {}, "needs a password"),
+    (("user=tf",), {"TFDIST_RDZV_ETCD_PASSWORD": "x"}, "needs cacert= (TLS)"),
     ((), {"TFDIST_RDZV_ETCD_PASSWORD": "x"}, "without --rdzv-conf user="),
     (("cert=/etc/hostname",), {}, "go together"),
     (("cert=/etc/hostname", "key=/etc/hostname"), {}, "needs cacert="),

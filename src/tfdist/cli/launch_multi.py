@@ -16,12 +16,13 @@ from tfdist.cli.common import PathText, option
 from tfdist.errors import UsageError
 
 MULTI_FLAGS = ("hostfile", "hosts", "include", "exclude", "min_nodes", "nnodes", "rdzv_endpoint", "rdzv_id",
-               "rdzv_backend", "rdzv_conf",
+               "rdzv_backend", "rdzv_conf", "host_cooldown_range", "host_discovery_script",
                "node_rank", "node_address", "node_name", "node_timeout", "rdzv_timeout", "rdzv_last_call",
                "checkpoint_dir", "agent_watch_stdin", "rdzv_secret_file", "rdzv_insecure")
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_RDZV_PORT = 29400
+DISCOVERY_MAX_NODES = 256  # a discovery script may add hosts later: the job takes up to this many machines
 
 _OPTIONS = [
     option("--hostfile", type=PathText(dir_okay=False), help="Run on the machines listed here (host [slots=N] "
@@ -29,6 +30,11 @@ _OPTIONS = [
     option("--hosts", help="The host list on the command line: a,b:2 (host[:slots])."),
     option("--include", help="With --hostfile/--hosts: only these hosts (comma-separated)."),
     option("--exclude", help="With --hostfile/--hosts: leave out these hosts (comma-separated)."),
+    option("--host-cooldown-range", default="10:300", show_default=True, metavar="LOW:HIGH",
+           help="With --hostfile/--hosts: a lost host is probed over ssh again after LOW seconds, doubling up to "
+           "HIGH while it does not answer; one that answers rejoins at the next round."),
+    option("--host-discovery-script", type=PathText(dir_okay=False), help="A program printing host[ slots=N] "
+           "lines, re-run every 5 s: new hosts join, hosts no longer listed leave (instead of --hostfile/--hosts)."),
     option("--min-nodes", type=click.IntRange(1), help="With --hostfile/--hosts: keep training while at least "
            "this many machines remain (default: all)."),
     option("--nnodes", help="Machines in the job: N, or MIN:MAX for an elastic job (same on every machine)."),
@@ -70,7 +76,8 @@ def multi_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def wants_multi(flags: dict[str, Any]) -> bool:
-    return any(flags.get(name) for name in ("hostfile", "hosts", "nnodes", "rdzv_endpoint"))
+    return any(flags.get(name) for name in ("hostfile", "hosts", "nnodes", "rdzv_endpoint",
+                                             "host_discovery_script"))
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
@@ -100,9 +107,10 @@ def job_id(text: str) -> str:
     return text
 
 
-def job_secret(multi: dict[str, Any], *, required: bool = True) -> tuple[bytes, str]:
-    """(secret, job id) for rendezvous mode. ``required`` False (etcd, which has its own user authentication):
-    no secret is b"" (unsigned records). Raises UsageError (exit 2) naming the flag or the file."""
+def job_secret(multi: dict[str, Any]) -> tuple[bytes, str]:
+    """(secret, job id) for rendezvous mode, either backend: the etcd backend seals every record with the secret
+    (HMAC), as the built-in one authenticates every connection. Raises UsageError (exit 2) naming the flag or the
+    file."""
     from tfdist.launch.elastic import secret
 
     if multi["rdzv_secret_file"] and multi["rdzv_insecure"]:
@@ -113,11 +121,6 @@ def job_secret(multi: dict[str, Any], *, required: bool = True) -> tuple[bytes, 
         from tfdist.launch.elastic.auth import INSECURE_SECRET
 
         return INSECURE_SECRET, job_id(multi["rdzv_id"])
-    if not multi["rdzv_secret_file"] and not required:
-        if not multi["rdzv_id"]:
-            raise UsageError("--rdzv-backend etcd without --rdzv-secret-file needs --rdzv-id",
-                             hint="the same job id on every machine")
-        return b"", job_id(multi["rdzv_id"])
     if not multi["rdzv_secret_file"]:
         raise UsageError("--rdzv-endpoint needs a job secret: --rdzv-secret-file PATH",
                          hint=f"make one with `{secret.NEW_SECRET_COMMAND}` and copy it to every machine; "
@@ -136,7 +139,7 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: Any, target
     from tfdist.cli.launch_parity import HOSTFILE, RENDEZVOUS, refuse_unsupported
     from tfdist.protocol import refuse_protected
 
-    mode = HOSTFILE if multi["hostfile"] or multi["hosts"] else RENDEZVOUS
+    mode = HOSTFILE if multi["hostfile"] or multi["hosts"] or multi.get("host_discovery_script") else RENDEZVOUS
     if mode == HOSTFILE and (multi["rdzv_endpoint"] or multi["nnodes"]):
         raise UsageError("--hostfile/--hosts and --nnodes/--rdzv-endpoint are two ways in: use one",
                          hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
@@ -145,8 +148,8 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: Any, target
     if flags["workers"] < 1:
         raise UsageError("-n/--workers must be at least 1 per machine")
     refuse_protected(name for name, _ in env)  # TF_CONFIG and the other protocol variables: before anything starts
-    if multi["hostfile"] and multi["hosts"]:
-        raise UsageError("give --hostfile or --hosts, not both")
+    if sum(bool(multi.get(k)) for k in ("hostfile", "hosts", "host_discovery_script")) > 1:
+        raise UsageError("give one of --hostfile, --hosts and --host-discovery-script")
     if mode == RENDEZVOUS:
         from tfdist.cli.launch import _check_gpus_exist
 
@@ -175,9 +178,9 @@ def run_multi(multi: dict[str, Any], flags: dict[str, Any], command: Any, target
     from tfdist.launch.elastic.agent import Agent, AgentSpec
     from tfdist.launch.ssh.host_probe import versions
 
-    secret, job = job_secret(multi, required=etcd is None)
+    secret, job = job_secret(multi)
     if etcd is not None and multi["rdzv_insecure"]:
-        secret = b""
+        secret = b""  # unsigned records: etcd's own user authentication is the only guard
     if multi["node_address"] is not None:
         from tfdist.launch.elastic.netaddr import is_unroutable
 
@@ -286,7 +289,15 @@ def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[st
     from tfdist.cluster.hostfile import parse_hostfile, parse_hosts_flag, select_hosts
     from tfdist.launch.ssh.driver import DriverSpec, run
 
-    if multi["hostfile"]:
+    from tfdist.launch.ssh.comeback import parse_cooldown_range
+
+    cooldown = parse_cooldown_range(multi.get("host_cooldown_range") or "10:300")
+    discovery = multi.get("host_discovery_script")
+    if discovery:
+        from tfdist.launch.ssh.fleet import run_discovery
+
+        entries = run_discovery(discovery)
+    elif multi["hostfile"]:
         try:
             with open(multi["hostfile"], encoding="utf-8") as handle:
                 text = handle.read()
@@ -296,20 +307,21 @@ def _run_hostfile(multi: dict[str, Any], flags: dict[str, Any], target: tuple[st
     else:
         entries = parse_hosts_flag(multi["hosts"])
     entries = select_hosts(entries, multi["include"], multi["exclude"])
+    high = DISCOVERY_MAX_NODES if discovery else len(entries)
     low = multi["min_nodes"] or len(entries)
     if low > len(entries):
         raise UsageError(f"--min-nodes {low} is more than the {len(entries)} host(s) listed")
     job = job_id(multi["rdzv_id"]) if multi["rdzv_id"] else f"tfdist-{secrets.token_hex(4)}"
     from tfdist.launch.elastic.secret import new_secret
 
-    settings = RendezvousSettings(job=job, min_nodes=low, max_nodes=len(entries), node_timeout=multi["node_timeout"],
+    settings = RendezvousSettings(job=job, min_nodes=low, max_nodes=high, node_timeout=multi["node_timeout"],
                                   rdzv_timeout=multi["rdzv_timeout"], first_round_wait=multi["rdzv_last_call"],
                                   max_restarts=flags["max_restarts"], restart_window=flags["restart_window"],
                                   backoff=flags["backoff"],
                                   stop_timeout=flags["grace_period"] + multi["node_timeout"] + 5)
     spec = DriverSpec(hosts=tuple(entries), slots=flags["workers"], target=target, agent_args=agent_args, job=job,
-                      secret=b"" if dry_run else new_secret(), min_nodes=low, max_nodes=len(entries),
-                      settings=settings)
+                      secret=b"" if dry_run else new_secret(), min_nodes=low, max_nodes=high,
+                      settings=settings, cooldown=cooldown, discovery=discovery)
     if dry_run:
         from tfdist.cli.launch_plan import print_hostfile_plan
 

@@ -65,6 +65,9 @@ ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     # Multi-machine flags.
     "hostfile": _both(WORKS),
     "hosts": _both(WORKS),
+    "host_discovery_script": _both(WORKS),  # a third way to give the host list (host-file mode)
+    "host_cooldown_range": {HOSTFILE: WORKS, RENDEZVOUS: "lost hosts are probed over ssh only in host-file mode: "
+                            "use it with --hostfile/--hosts"},
     "include": {HOSTFILE: WORKS, RENDEZVOUS: _HOSTFILE_ONLY},
     "exclude": {HOSTFILE: WORKS, RENDEZVOUS: _HOSTFILE_ONLY},
     "min_nodes": {HOSTFILE: WORKS, RENDEZVOUS: "give the minimum as --nnodes MIN:MAX"},

@@ -66,8 +66,8 @@ def place(machines: list[MachineSlots], counts: RoleCounts) -> list[Placement]:
         raise UsageError("no machines to place the job's tasks on")
     used = {m.name: 0 for m in machines}
     placed: list[Placement] = []
-    special = ([TaskId("chief", 0)] if counts.chief else []) + [TaskId("ps", i) for i in range(counts.ps)] \
-        + ([TaskId("evaluator", 0)] if counts.evaluator else [])
+    special = [TaskId(role, index) for role, count in (("chief", int(counts.chief)), ("ps", counts.ps),
+                                                       ("evaluator", int(counts.evaluator))) for index in range(count)]
     for task in special:
         pinned = [m for m in machines if task.type in m.roles]
         candidates = [m for m in pinned or [m for m in machines if m.takes(task.type)] if used[m.name] < m.slots]

@@ -108,6 +108,8 @@ REGISTRY: tuple[EnvVar, ...] = (
            "step)"),
     EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 0: no limit)"),
     EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
+    EnvVar("TFDIST_RDZV_ETCD_PASSWORD", SetBy.USER, "the etcd user's password for --rdzv-backend etcd with "
+           "--rdzv-conf user=NAME (instead of password_file=)"),
 )
 VARIABLES: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}
 PROTECTED: frozenset[str] = frozenset(v.name for v in REGISTRY if v.protected)

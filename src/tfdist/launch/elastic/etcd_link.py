@@ -99,6 +99,9 @@ class EtcdLink:
         except EtcdUnavailable as bad:
             self.close()
             raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad})") from None
+        except EtcdRefused as refused:
+            self.close()
+            raise Refused(f"{refused} (check --rdzv-conf user=/password_file=)", int(ExitStatus.USAGE)) from None
         self._last_ok = time.monotonic()
         for target, name in ((self._keep_alive, "etcd-lease"), (self._send_loop, "etcd-send"),
                              (self._campaign, "etcd-campaign")):

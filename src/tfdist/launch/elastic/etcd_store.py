@@ -97,6 +97,9 @@ def parse_conf(endpoints: str, pairs: tuple[str, ...], node_timeout: float, env:
         raise UsageError("an etcd password was given without --rdzv-conf user=NAME")
     if "user" in values and password is None:
         raise UsageError("--rdzv-conf user= needs a password: password_file=PATH or TFDIST_RDZV_ETCD_PASSWORD")
+    if "user" in values and "cacert" not in values:
+        raise UsageError("--rdzv-conf user= needs cacert= (TLS): etcd's password and token would cross the network "
+                         "in the clear (and gRPC sends call credentials only over TLS)")
     if ("cert" in values) != ("key" in values):
         raise UsageError("--rdzv-conf cert= and key= go together (the client certificate and its private key)")
     if "cert" in values and "cacert" not in values:
@@ -346,9 +349,9 @@ def _sorted(bad: Exception) -> Exception:
 
     code = bad.code() if isinstance(bad, grpc.RpcError) and hasattr(bad, "code") else None
     detail = bad.details() if isinstance(bad, grpc.RpcError) and hasattr(bad, "details") else str(bad)
+    about_access = any(word in str(detail) for word in ("auth", "user name", "permission denied", "password"))
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
-            code is grpc.StatusCode.INVALID_ARGUMENT and "auth" in str(detail)) or (
-            code is grpc.StatusCode.FAILED_PRECONDITION and "auth" in str(detail)):
+            code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION) and about_access):
         return EtcdRefused(f"etcd refused the request: {detail}")
     name = type(bad).__name__
     if name in ("ConnectionFailedError", "ConnectionTimeoutError", "NoServerAvailableError"):

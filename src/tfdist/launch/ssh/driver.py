@@ -25,6 +25,8 @@ from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.cluster.hostfile import HostEntry
 from tfdist.launch.elastic.netaddr import resolve, route_address
 from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.launch.ssh.comeback import CooldownRange
+from tfdist.launch.ssh.fleet import Fleet
 from tfdist.status import ExitStatus
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5")
@@ -46,6 +48,9 @@ class DriverSpec:
     secret: bytes = field(default=b"", repr=False)  # this job's fresh secret: written to each agent's stdin only
     python: str = sys.executable
     cwd: str = ""
+    cooldown: CooldownRange | None = CooldownRange()  # lost hosts are probed again after it (None: never)
+    discovery: str | None = None  # --host-discovery-script
+    discovery_interval: float = 5.0
 
 
 def _split_target(target: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -65,9 +70,10 @@ def _remote(spec: DriverSpec, argv: Sequence[str]) -> str:
     return f"cd {shlex.quote(spec.cwd or os.getcwd())} && exec env {shlex.join([*env, *argv])}"
 
 
-def agent_ssh_command(spec: DriverSpec, rank: int, endpoint: str) -> list[str]:
-    """The ssh command that starts host ``rank``'s agent, joining the rendezvous at ``endpoint`` (``host:port``)."""
-    entry = spec.hosts[rank]
+def agent_ssh_command(spec: DriverSpec, rank: int, endpoint: str, entry: HostEntry | None = None) -> list[str]:
+    """The ssh command that starts host ``rank``'s agent (``entry``, default the rank-th host listed; a discovered
+    host has none), joining the rendezvous at ``endpoint`` (``host:port``)."""
+    entry = entry or spec.hosts[rank]
     shape, rest = _split_target(spec.target)
     argv = [spec.python, "-m", "tfdist", "launch", "--nnodes", f"{spec.min_nodes}:{spec.max_nodes}",
             "--rdzv-endpoint", endpoint, "--rdzv-id", spec.job, "--node-rank", str(rank),
@@ -206,9 +212,22 @@ def run(spec: DriverSpec) -> int:
                               say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr, flush=True)).start()
     print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
           flush=True)
-    agents: list[subprocess.Popen[bytes]] = []
     relays: list[threading.Thread] = []
     stop: list[int] = []
+
+    def launch(entry: HostEntry, rank: int) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(agent_ssh_command(spec, rank, server.endpoint, entry), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        _hand_secret(proc, spec.secret)
+        for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            relay = threading.Thread(target=_relay, args=(stream, out), daemon=True)
+            relay.start()
+            relays.append(relay)
+        return proc
+
+    fleet = Fleet(spec.hosts, launch, lambda: {n.name for n in dict(server.policy.nodes).values()},
+                  cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
+                  say=lambda m: print(f"tfdist: {m}", file=sys.stderr, flush=True))
 
     def on_signal(signum: int, _frame: object) -> None:
         if stop and signum == signal.SIGINT:
@@ -218,28 +237,22 @@ def run(spec: DriverSpec) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        for rank, entry in enumerate(spec.hosts):
-            proc = subprocess.Popen(agent_ssh_command(spec, rank, server.endpoint), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-            agents.append(proc)
-            _hand_secret(proc, spec.secret)
-            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
-                relay = threading.Thread(target=_relay, args=(stream, out), daemon=True)
-                relay.start()
-                relays.append(relay)
+        fleet.start_all()
         while not server.finished.wait(0.1):
-            if all(p.poll() is not None for p in agents) and not server.policy.nodes:
+            fleet.tick(time.monotonic())
+            if all(p.poll() is not None for p in fleet.processes) and not server.policy.nodes and not fleet.probes:
                 server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
         result = server.result
         status = result.status if result is not None else int(ExitStatus.TASK_FAILED)
-        _wait_agents(agents, spec.settings.node_timeout + 5)
+        _wait_agents(fleet.processes, spec.settings.node_timeout + 5)
         for relay in relays:
             relay.join(timeout=2)
         if result is not None:
             print(result.report, file=sys.stderr, flush=True)
         return status
     finally:
-        _wait_agents(agents, 0)
+        fleet.close()
+        _wait_agents(fleet.processes, 0)
         server.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]

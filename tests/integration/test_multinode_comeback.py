@@ -1,0 +1,86 @@
+"""Host-file hosts that come back: a host that went down mid-job (off the network, its processes gone, as in a
+reboot) and answers ssh again is taken back after its cool-down and rejoins the job at a later round."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.integration.multilib import DIGITS, FAST, Agent, task_values
+from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
+from tests.integration.test_multinode_elastic import wait_for_step
+
+pytestmark = [pytest.mark.slow, pytest.mark.tf,
+              pytest.mark.skipif(why_no_namespaces() or why_no_sshd(),
+                                 reason=str(why_no_namespaces() or why_no_sshd()))]
+
+SCRIPT = ["--epochs", "4", "--steps-per-epoch", "30", "--save-every", "5", "--no-tensorboard", "--step-delay", "0.1"]
+
+
+def _job_processes(machines: Machines, i: int) -> list[int]:
+    return [p for p in machines.pids(i) if p not in machines.sshd_pids()]
+
+
+def test_a_host_that_went_down_and_answers_ssh_again_rejoins_at_a_later_round(tmp_path):
+    hosts = ",".join(Machines.address(i) for i in (1, 2, 3))
+    with Machines(3, ssh=True) as machines:
+        driver = Agent(machines, 1, ["--hosts", hosts, "--min-nodes", "2", "-n", "1", *FAST,
+                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"),
+                                     "--", DIGITS, *SCRIPT, "--model-dir", str(tmp_path / "model")], tmp_path).start()
+        wait_for_step(str(tmp_path / "logs"), 0, 0, 15, [driver])
+        machines.cut(3)
+        for pid in _job_processes(machines, 3):  # the machine goes down: its agent and worker are gone
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        driver.wait_for(r"host 198\.18\.0\.3 lost: probing it over ssh again in 1s", timeout=120)
+        driver.wait_for(r"host 198\.18\.0\.3 still does not answer ssh: next try in 2s", timeout=120)
+        machines.reconnect(3)
+        driver.wait_for(r"host 198\.18\.0\.3 answers ssh again: starting its agent", timeout=120)
+        assert driver.wait(timeout=400) == 0, driver.err[-5000:]
+        text = driver.out + driver.err
+        sizes = [int(w) for w in re.findall(r"round \d+: (\d+) machine\(s\)", driver.err)]
+        assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes  # 3, then 2 while it was down, then 3 again
+        resumed = [int(s) for s in re.findall(r"resumed_from_step=(\d+) world_size=3", text)]
+        assert resumed and resumed[-1] >= 15, text[-3000:]
+        assert set(task_values(text, "train_steps").values()) == {"120"}
+        assert "lost machines: 198.18.0.3" in driver.err
+    assert machines.existing() == []
+
+
+SLEEPER = """import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+print("task up", os.environ["TFDIST_TASK_INDEX"], flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_discovery_script_adds_and_drops_hosts_while_the_job_runs(tmp_path):
+    script, listing, discover = tmp_path / "sleeper.py", tmp_path / "hosts.txt", tmp_path / "discover.sh"
+    script.write_text(SLEEPER)
+    listing.write_text("198.18.0.1\n198.18.0.2\n")
+    discover.write_text(f"#!/bin/sh\ncat {listing}\n")
+    discover.chmod(0o755)
+    with Machines(3, ssh=True) as machines:
+        driver = Agent(machines, 1, ["--host-discovery-script", str(discover), "--min-nodes", "1", "-n", "1", *FAST,
+                                     "--", str(script)], tmp_path).start()
+        driver.wait_for(r"round 0: 2 machine\(s\)", timeout=120)
+        listing.write_text("198.18.0.1\n198.18.0.2\n198.18.0.3\n")
+        driver.wait_for(r"host discovery: 198\.18\.0\.3 added", timeout=60)
+        driver.wait_for(r"198\.18\.0\.3 joined", timeout=60)
+        listing.write_text("198.18.0.1\n198.18.0.3   slots=1\n")
+        driver.wait_for(r"host discovery: 198\.18\.0\.2 no longer listed: stopping its agent", timeout=60)
+        driver.wait_for(r"lost node \d+: its agent closed the connection|lost 198\.18\.0\.2", timeout=60)
+        # The round goes on without it: 198.18.0.1 and 198.18.0.3 form the next one.
+        driver.wait_for(r"round [1-9]: 2 machine\(s\)", timeout=120)
+        deadline = time.monotonic() + 30  # its agent and task are gone
+        while _job_processes(machines, 2):
+            assert time.monotonic() < deadline, _job_processes(machines, 2)
+            time.sleep(0.2)
+        os.kill(driver.proc.pid, signal.SIGINT)
+        assert driver.wait(60) == 130, driver.err[-3000:]
+    assert machines.existing() == []
