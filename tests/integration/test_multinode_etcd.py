@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.integration.etcd_cluster import EtcdCluster, why_no_etcd
-from tests.integration.multilib import DIGITS, FAST, Agent, all_output, task_values
+from tests.integration.multilib import DIGITS, FAST, Agent, all_output, job_secret_file, task_values
 from tests.integration.netns import Machines, why_no_namespaces
 from tests.integration.test_multinode_elastic import heartbeat_step, wait_for_step
 
@@ -23,14 +23,18 @@ SCRIPT = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-ever
           "--step-delay", "0.05"]
 
 
-def etcd_args(etcd: EtcdCluster, nnodes: str, model: str, logs: str, *extra: str, job: str = "digits") -> list[str]:
+def etcd_args(etcd: EtcdCluster, nnodes: str, model: str, logs: str, secret: str, *extra: str,
+              job: str = "digits") -> list[str]:
     return ["--nnodes", nnodes, "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoints, "--rdzv-id", job,
-            "-n", "1", *FAST, "--log-dir", logs, *extra, "--", DIGITS, *SCRIPT, "--model-dir", model]
+            "--rdzv-secret-file", secret, "-n", "1", *FAST, "--log-dir", logs, *extra, "--", DIGITS, *SCRIPT, "--model-dir", model]
 
 
 def start(machines, etcd, tmp_path, which, nnodes, *extra, job="digits") -> list[Agent]:
     model = str(tmp_path / "model")
-    return [Agent(machines, i, etcd_args(etcd, nnodes, model, str(tmp_path / f"logs{i}"), "--node-rank",
+    secret = str(tmp_path / "job.secret")
+    if not (tmp_path / "job.secret").exists():
+        job_secret_file(tmp_path)
+    return [Agent(machines, i, etcd_args(etcd, nnodes, model, str(tmp_path / f"logs{i}"), secret, "--node-rank",
                                          str(i - 1), *extra, job=job), tmp_path).start() for i in which]
 
 
