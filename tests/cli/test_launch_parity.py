@@ -69,6 +69,9 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "dry_run": ([], {HOSTFILE: "none started, no connection made", RENDEZVOUS: "none started, no connection made"}),
     "hostfile": (["--hostfile", "{tmp}/hosts"], {HOSTFILE: "[host 198.18.0.7]", RENDEZVOUS: "two ways in"}),
     "hosts": (["--hosts", "198.18.0.8"], {HOSTFILE: "[host 198.18.0.8]", RENDEZVOUS: "two ways in"}),
+    "host_discovery_script": (["--host-discovery-script", "{tmp}/discover.sh"], {HOSTFILE: "[host 198.18.0.6]",
+                                                                               RENDEZVOUS: "two ways in"}),
+    "host_cooldown_range": (["--host-cooldown-range", "2:8"], {HOSTFILE: "", RENDEZVOUS: REFUSED}),
     "include": (["--include", "198.18.0.2"], {HOSTFILE: "1 host(s)", RENDEZVOUS: REFUSED}),
     "exclude": (["--exclude", "198.18.0.2"], {HOSTFILE: "1 host(s)", RENDEZVOUS: REFUSED}),
     "min_nodes": (["--min-nodes", "1"], {HOSTFILE: "(1 needed to train)", RENDEZVOUS: REFUSED}),
@@ -116,7 +119,9 @@ def test_each_flag_works_across_machines_or_is_refused_by_name(tmp_path: Path, m
     flags, expected = CASES[name]
     flags = [f.replace("{tmp}", str(tmp_path)) for f in flags]
     want = expected[mode].replace("{tmp}", str(tmp_path))
-    base = [] if name in ("hostfile", "hosts") and mode == HOSTFILE else MODES[mode]
+    (tmp_path / "discover.sh").write_text("#!/bin/sh\necho 198.18.0.6 slots=1\n")
+    (tmp_path / "discover.sh").chmod(0o755)
+    base = [] if name in ("hostfile", "hosts", "host_discovery_script") and mode == HOSTFILE else MODES[mode]
     if name == "nnodes" and mode == RENDEZVOUS:
         base = ["--rdzv-endpoint", "198.18.0.1:29400", "-n", "2", "--rdzv-insecure", "--rdzv-id", "j"]
     if name == "rdzv_endpoint" and mode == RENDEZVOUS:

@@ -154,7 +154,8 @@ def test_the_coordinators_machine_lost_another_takes_over_with_the_same_round_nu
     for a in rest:
         a.succeed_after = 0.1
     report = next(f for f in (a.outcome() for a in rest) if f.get("print_report"))["report"]
-    assert "rounds: 2" in report and f"m{boss.index}" in report
+    assert "#1: 2 machine(s)" in report and "#2:" not in report, report  # the second round, numbered on
+    assert f"lost machines: m{boss.index}" in report
 
 
 def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped_not_the_job(etcd):

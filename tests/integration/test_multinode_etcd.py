@@ -71,7 +71,7 @@ def test_the_etcd_leader_killed_mid_job_the_job_goes_on(tmp_path):
         steps = task_values(text, "train_steps")
         assert set(steps.values()) == {str(TOTAL_STEPS)} and len(steps) == 2, steps
         # The round went on: no machine was lost and no round restarted.
-        assert "rounds: 1," in text and "lost machines" not in text, text[-3000:]
+        assert "#0: 2 machine(s)" in text and "#1:" not in text and "lost machines" not in text, text[-3000:]
     assert machines.existing() == []
 
 
