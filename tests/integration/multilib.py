@@ -21,6 +21,13 @@ FAST = ["--node-timeout", "2", "--rdzv-last-call", "1", "--grace-period", "20"]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO_ROOT / "src")}
 
 
+def launch_env() -> dict[str, str]:
+    """The launch's environment, read when a process starts: HOME and the XDG folders are the test's own
+    (tests/conftest.py), so run records and state never reach this machine's real home (``ENV``, read at import,
+    holds the real one)."""
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO_ROOT / "src")}
+
+
 def task_values(text: str, key: str) -> dict[str, str]:
     """``{"node0 worker:1": value}`` for every ``[node0 worker:1] key=value`` line."""
     return dict(re.findall(rf"^\[(node\d+ \w+:\d+)\] .*?\b{key}=(\S+)", text, flags=re.M))
@@ -49,7 +56,8 @@ class Agent:
         argv = [sys.executable, "-m", "tfdist", "launch", *self.args]
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(self.machines.command(self.machine, argv, private_dirs=self.private_dirs),
-                                         cwd=REPO_ROOT, env=ENV, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                                         cwd=REPO_ROOT, env=launch_env(), stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL)
         return self
 
     def wait(self, timeout: float = 300) -> int:

@@ -193,7 +193,10 @@ class Machines:
                 f"ListenAddress {self.address(i)}\nPort 22\nHostKey {keys / 'host_key'}\n"
                 f"AuthorizedKeysFile {keys / 'id_test.pub'}\nPermitRootLogin prohibit-password\n"
                 "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                f"PidFile {keys / f'sshd-{i}.pid'}\nAcceptEnv none\nPrintMotd no\n")
+                f"PidFile {keys / f'sshd-{i}.pid'}\nAcceptEnv none\nPrintMotd no\n"
+                # Sessions get HOME from passwd: their tfdist state (run records) goes to this machine's own folder,
+                # never to this host's real home.
+                f"SetEnv XDG_STATE_HOME={self.workdir / f'state-m{i}'}\n")
             argv = [SSHD, "-D", "-e", "-f", str(config)]
             self._sshd[i] = subprocess.Popen(self.command(i, argv, private_dirs=self.sshd_mounts.get(i)),
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

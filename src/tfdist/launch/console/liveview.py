@@ -155,7 +155,8 @@ def rows_for(tasks: Sequence[progress.TaskStatus], tracker: progress.RateTracker
 
 
 def _leader_beat(tasks: Sequence[progress.TaskStatus]) -> progress.Beat | None:
-    """The leading task's heartbeat (the chief, else worker 0: the task whose success is the job's)."""
+    """The leading task's heartbeat (the chief, else worker 0: the task whose success is the job's); on a machine of
+    a multi-machine job without it, this machine's first worker, which runs the same steps."""
     from tfdist.cluster import TaskId, leader_of
 
     by_id = {}
@@ -164,6 +165,9 @@ def _leader_beat(tasks: Sequence[progress.TaskStatus]) -> progress.Beat | None:
         if index.isdigit():
             by_id[TaskId(role, int(index))] = task
     leader = leader_of(by_id)
+    if leader is None:
+        workers = sorted((task for task in by_id if task.type == "worker"), key=lambda task: task.index)
+        leader = workers[0] if workers else None
     return by_id[leader].beat if leader is not None else None
 
 

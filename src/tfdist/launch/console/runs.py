@@ -139,8 +139,8 @@ def _summary(value: Any) -> dict[str, Any]:
             continue
         if wanted is int and not (isinstance(item, int) and not isinstance(item, bool)):
             raise ValueError(f"run record field summary.{key} is not a whole number")
-        if wanted is float and not _is_number(item):
-            raise ValueError(f"run record field summary.{key} is not a number")
+        if wanted is float and not (isinstance(item, (int, float)) and not isinstance(item, bool)):
+            raise ValueError(f"run record field summary.{key} is not a number")  # NaN is one: a loss can diverge
         if wanted is None and not (isinstance(item, (str, bool)) or _is_number(item)):
             raise ValueError(f"run record field summary.{key} is not a plain value")
     return dict(value)

@@ -309,9 +309,12 @@ class Agent:
         if outcome is None:
             return
         outcome_name, detail = outcome
-        # Also after success: stopping joins the output pumps (and sweeps strays), so the workers' last lines are
-        # relayed before this agent can exit (a worker's final line was lost once without it).
-        group.stop(graceful=outcome_name == "preempted")
+        # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
+        # agent can exit; a success lets the other workers here end on their own first.
+        if outcome_name == "succeeded":
+            group.finish(self.spec.grace_period)
+        else:
+            group.stop(graceful=outcome_name == "preempted")
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
         if outcome_name != "succeeded":
@@ -339,7 +342,14 @@ class Agent:
     def _finish(self, message: dict[str, Any]) -> int:
         status = int(message["status"])
         if self.group is not None:
-            self.group.stop(graceful=False)
+            # The job is over before this machine's workers are: after a success they are past training, printing
+            # their last lines and exiting, so they get the grace period to end on their own (killing them here
+            # lost those lines); after a failure nothing they do matters any more.
+            self.state = "finishing"
+            if status == 0:
+                self.group.finish(self.spec.grace_period)
+            else:
+                self.group.stop(graceful=False)
             self.group = None
         if self.server is not None or status != 0 or message.get("print_report"):
             print(message.get("report", ""), file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -27,6 +28,10 @@ from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, vis
 from tfdist.launch.local.layout import ClusterLayout
 from tfdist.launch.console.tflog import LEVEL_VARIABLE
 from tfdist.launch.process.spare_pool import SparePool
+
+
+# How long a stopped group's output may take to be read to its end before the agent goes on without it.
+OUTPUT_DRAIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,14 @@ class NodeGroup:
             detail += f"; flight recorder: {result.verdict.headline}" + (f" (report: {path})" if path else "")
         return "failed", detail
 
+    def finish(self, seconds: float) -> str:
+        """The job succeeded: the workers here trained and may still be printing their last lines, saving or exiting
+        (the leader, on this machine or another, finished first). Let them end on their own for up to ``seconds``,
+        then stop the rest gracefully. Stopping them after a short grace instead (as a failed round is stopped) cut
+        off their last lines whenever the leader's success outran them."""
+        self.group.wait_for(("worker",), seconds, poll=self.spec.timeouts.poll)
+        return self.stop(graceful=True)
+
     def stop(self, *, graceful: bool) -> str:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
 
@@ -160,5 +173,10 @@ class NodeGroup:
         else:
             grace = t.grace if graceful else min(t.failure_grace, t.grace)
         self.group.stop(grace)
+        # Every worker has exited: its output is relayed once its pipes are drained. stop() waits 2 s per pump; a
+        # loaded machine may need longer, and what is left unread when the agent exits is lost.
+        deadline = time.monotonic() + OUTPUT_DRAIN_S
+        for pump in (pump for proc in self.group.procs for pump in proc.pumps):
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
         codes = [p.poll() for p in self.group.procs]
         return "preempted" if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else "stopped"
