@@ -69,3 +69,24 @@ def test_dump_names_the_silent_task_and_its_line(running_job, capsys):
 def test_dump_refuses_a_folder_that_is_no_run(tmp_path, capsys):
     assert main(["dump", str(tmp_path)]) == 2
     assert "is not a run folder" in capsys.readouterr().err
+
+
+def test_a_plain_task_without_heartbeats_that_waits_is_hung_and_recorded(tmp_path, capsys):
+    """No heartbeats at all (a plain script, no bootstrap): the launcher's cheap watch sees no CPU time and no output
+    for --hang-timeout, calls it hung, and the flight recorder reads where the tasks wait before stopping them."""
+    script = tmp_path / "plain.py"
+    script.write_text("import time\n\n\ndef wait_for_peer():\n    time.sleep(120)\n\n\nwait_for_peer()\n")
+    logs = tmp_path / "logs"
+    rc = main(["launch", "-n", "2", "--no-bootstrap", "--hang-timeout", "2", "--max-restarts", "0", "--log-dir",
+               str(logs), "--",
+               str(script)])
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert "made no progress for 2s (quiet (no heartbeat nor CPU time nor output)): stopping the group" in err
+    report = json.loads((logs / "hang-attempt-0.json").read_text())
+    assert report["reason"] == "hang" and report["verdict"]["rule"] == "none"
+    assert "plain.py:5 `wait_for_peer` (blocked in time.sleep)" in report["verdict"]["headline"]
+    assert "(the hang watchdog named it" in report["verdict"]["headline"]
+    assert f"flight recorder: {report['verdict']['headline']}" in err
+    assert main(["status", str(logs)]) == 0
+    assert f"hang:    {logs / 'hang-attempt-0.txt'}" in capsys.readouterr().out

@@ -166,8 +166,7 @@ def test_a_script_without_heartbeats_is_hung_when_quiet_for_the_timeout(stopped)
     busy = dict(heartbeat=None, heartbeat_age=None, quiet_for=0.0)
     verdict = decide(snap(spec, {"worker:0": busy, "worker:1": quiet}), spec)
     assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.HUNG, "worker:1")
-    assert verdict.detail.startswith("stopped (SIGSTOP)" if stopped else "quiet (no CPU time, no output)")
-    assert "no heartbeat ever" in verdict.detail
+    assert verdict.detail == ("stopped (SIGSTOP)" if stopped else "quiet") + " (no heartbeat nor CPU time nor output)"
 
 
 def test_agent_without_the_leader_succeeds_when_its_trainers_are_done():

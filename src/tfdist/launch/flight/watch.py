@@ -2,9 +2,9 @@
 bootstrap cannot see): how long a task has been quiet, meaning it used next to no CPU time and wrote no output.
 
 Sampled by the launcher's poll loop, at most every :data:`SAMPLE_EVERY` seconds per task: one read of
-``/proc/<pid>/stat`` and one ``stat`` of its log, nothing inside the task. CPU time is judged over windows of
+``/proc/<pid>/stat`` and one ``stat`` of its log, nothing inside the task. CPU time is judged over the trailing
 :data:`WINDOW` seconds, because the kernel counts it in ticks (10 ms) and a task blocked in a collective still wakes
-for gRPC keep-alives: busy means more than :data:`BUSY_SHARE` of one core over a window.
+for gRPC keep-alives: busy means more than :data:`BUSY_SHARE` of one core over that window.
 
 What it cannot see: a task that spins (a busy loop, a livelock, a collective that polls) looks busy; a task that
 prints while it is stuck (a retry loop logging each attempt) looks alive; and a task that legitimately waits without
@@ -14,6 +14,7 @@ the timeout must exceed the longest silent phase of the job.
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import dataclass
 
 from tfdist.launch.flight import procfs
@@ -25,8 +26,7 @@ BUSY_SHARE = 0.05
 
 @dataclass
 class _Track:
-    window_start: float
-    window_cpu: float | None
+    samples: deque[tuple[float, float]]  # (when, CPU seconds) over the last WINDOW seconds, oldest first
     log_size: int
     last_active: float
     last_sample: float
@@ -38,7 +38,9 @@ def is_busy(cpu_used: float, seconds: float, share: float = BUSY_SHARE) -> bool:
 
 
 class QuietWatch:
-    """Per task (by pid): seconds since it last used CPU time or wrote output."""
+    """Per task (by pid): seconds since it last used CPU time or wrote output. CPU time is judged over the trailing
+    :data:`WINDOW` seconds (a sliding window of samples), so a task that computes is active at every sample, and a
+    task that stopped computing is quiet at most one window later."""
 
     def __init__(self) -> None:
         self._tracks: dict[int, _Track] = {}
@@ -54,16 +56,17 @@ class QuietWatch:
         except OSError:
             size = 0
         if track is None:
-            self._tracks[pid] = _Track(now, cpu, size, now, now)
+            self._tracks[pid] = _Track(deque([(now, cpu)] if cpu is not None else []), size, now, now)
             return 0.0
         track.last_sample = now
         if size != track.log_size:
             track.log_size, track.last_active = size, now
-        if now - track.window_start >= WINDOW:
-            if cpu is not None and track.window_cpu is not None and is_busy(cpu - track.window_cpu,
-                                                                             now - track.window_start):
+        if cpu is not None:
+            while len(track.samples) > 1 and now - track.samples[1][0] >= WINDOW:
+                track.samples.popleft()  # keep one sample at least WINDOW old, when there is one
+            if track.samples and is_busy(cpu - track.samples[0][1], now - track.samples[0][0]):
                 track.last_active = now
-            track.window_start, track.window_cpu = now, cpu
+            track.samples.append((now, cpu))
         return now - track.last_active
 
     def forget(self, pid: int) -> None:

@@ -89,11 +89,12 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
             return Verdict(GroupAction.SUCCEED, Cause.SUCCEEDED, trainers[0].name, notices=notices)
     stuck = _hung(snapshot, spec)
     if stuck is not None:
-        how = "stopped (SIGSTOP)" if stuck.stopped else "silent" if stuck.heartbeat_age is not None else \
-            "quiet (no CPU time, no output)"
-        what = "no heartbeat" if stuck.heartbeat_age is not None else "no heartbeat ever, no CPU time, no output"
-        return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name,
-                       detail=f"{how}, {what} for {spec.timeouts.hang:g}s", notices=notices)
+        how = "stopped (SIGSTOP)" if stuck.stopped else "silent"
+        if stuck.heartbeat_age is None:  # never sent one: the cheap watch saw it quiet
+            detail = f"{how if stuck.stopped else 'quiet'} (no heartbeat nor CPU time nor output)"
+        else:
+            detail = f"{how}, no heartbeat for {spec.timeouts.hang:g}s"
+        return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name, detail=detail, notices=notices)
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
 
 
