@@ -103,7 +103,7 @@ def test_4_a_member_that_never_reads_is_dropped_while_the_others_keep_their_keep
 
     monkeypatch.setattr(wire, "QUEUE_FRAMES", 12)
     said: list[str] = []
-    data = bytes(range(256)) * 4096 * 12  # 12 MiB: more than a queue and the socket buffers hold
+    data = bytes(range(256)) * 4096 * 8  # 8 MiB: more than the queue (4 chunks here) and the socket buffers hold
     with live_server(said=said, min_nodes=3, max_nodes=3, node_timeout=10.0) as server:  # roomy: a loaded CI
         chief, healthy, stuck = Peer(server), Peer(server), Peer(server, receive_buffer=4096)
         for peer, rank in ((chief, 0), (healthy, 1), (stuck, 2)):
@@ -134,7 +134,7 @@ def test_4_a_member_that_never_reads_is_dropped_while_the_others_keep_their_keep
         for peer in (chief, stuck):  # the stuck member is alive too: it sends, it only never reads
             threading.Thread(target=keep_alive, args=(peer,), daemon=True).start()
         received = 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a bound, not a speed test: the copy is slow on a loaded machine
         while received < len(data) and time.monotonic() < deadline:  # the healthy member reads it all
             message = healthy.receive((M.File, M.Ping))
             if isinstance(message, M.File) and message.name == "ckpt-7.index":
