@@ -5,14 +5,20 @@ import json
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from tfdist.cli.common import PathText, option
-from tfdist.cli.launch_multi import MULTI_FLAGS, multi_options, run_multi, wants_multi
+from tfdist.cli.launch_multi import multi_options, run_multi
 from tfdist.constants import TASK_ENVIRONMENT
 from tfdist.errors import UsageError
+from tfdist.launch.options import DEFAULTS as D
+from tfdist.launch.options import LaunchOptions, Mode
 from tfdist.status import ExitStatus
+
+if TYPE_CHECKING:
+    from tfdist.launch.spec import LaunchSpec
 
 # "\b" keeps Click from reflowing the list into one paragraph.
 _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
@@ -20,55 +26,54 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
 
 @click.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False},
                epilog=_EPILOG)
-@option("-n", "--workers", type=click.IntRange(0, 1024), default=1, show_default=True, help="Worker tasks.")
-@option("--ps", type=click.IntRange(0, 256), default=0, show_default=True, help="Parameter-server tasks.")
+@option("-n", "--workers", type=click.IntRange(0, 1024), default=D.workers, show_default=True, help="Worker tasks.")
+@option("--ps", type=click.IntRange(0, 256), default=D.ps, show_default=True, help="Parameter-server tasks.")
 @option("--chief", is_flag=True, help="Add a chief task (else worker 0 plays the chief).")
 @option("--evaluator", is_flag=True, help="Add an evaluator task (outside the training cluster).")
-@option("--max-restarts", type=click.IntRange(0), default=3, show_default=True,
+@option("--max-restarts", type=click.IntRange(0), default=D.max_restarts, show_default=True,
         help="Restart the whole group this many times after a failure; the same exception at the same line in two "
         "attempts in a row stops it early.")
 @option("--restart-after-training", is_flag=True,
         help="Also restart (retraining) after a failure that came once every training task's fit had returned.")
-@option("--restart-window", type=click.FloatRange(0), default=0.0, show_default=True,
+@option("--restart-window", type=click.FloatRange(0), default=D.restart_window, show_default=True,
         help="Seconds after which a restart no longer counts against --max-restarts (0: never).")
-@option("--backoff", type=click.FloatRange(0), default=1.0, show_default=True,
+@option("--backoff", type=click.FloatRange(0), default=D.backoff, show_default=True,
         help="Seconds before the first restart; doubles each time (capped at 30 s).")
 @option("--log-dir", type=PathText(file_okay=False), help="One log file per task and attempt here.")
 @option("--tee", is_flag=True, help="With --log-dir, also print task output here.")
 @option("--port-base", type=click.IntRange(1, 65535), help="Use consecutive ports from here (default: free ports).")
-@option("--host", default="127.0.0.1", show_default=True, help="Address the tasks listen on.")
+@option("--host", default=D.host, show_default=True, help="Address the tasks listen on.")
 @option("--env", "env_pairs", multiple=True, metavar="KEY=VALUE", help="Extra variable for every task (repeatable).")
 @option("--gpus-per-task", type=click.IntRange(1), help="GPUs per training task (default: split evenly).")
 @option("--nccl-debug", is_flag=True, help="Set NCCL_DEBUG=INFO for every task.")
-@option("--tf-log-level", type=click.Choice(["auto", "info", "warning", "error", "fatal"]), default="auto",
+@option("--tf-log-level", type=click.Choice(["auto", "info", "warning", "error", "fatal"]), default=D.tf_log_level,
         show_default=True, help="Least severe TensorFlow C++ log line shown (sets TF_CPP_MIN_LOG_LEVEL for the tasks; "
         "log files keep all). auto: an exported TF_CPP_MIN_LOG_LEVEL, else error with GPUs, fatal without.")
-@option("--grace-period", type=click.FloatRange(0), default=30.0, show_default=True,
+@option("--grace-period", type=click.FloatRange(0), default=D.grace_period, show_default=True,
         help="Seconds a stopped or preempted task has to save and exit before SIGKILL.")
-@option("--hang-timeout", type=click.FloatRange(0), default=300.0, show_default=True,
+@option("--hang-timeout", type=click.FloatRange(0), default=D.hang_timeout, show_default=True,
         help="Restart the group when a training task that sent heartbeats goes silent this long (0: off).")
 @option("--metrics-port", type=click.IntRange(1, 65535), help="Task i serves /metrics and /healthz on this + i.")
-@option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics endpoints bind.")
+@option("--metrics-host", default=D.metrics_host, show_default=True, help="Address the metrics endpoints bind.")
 @option("--launcher-metrics-port", type=click.IntRange(1, 65535),
         help="Serve the launcher's own metrics (restarts, task states) on this port.")
-@option("--job-name", default="tfdist", show_default=True, help="Label for logs and metrics.")
+@option("--job-name", default=D.job_name, show_default=True, help="Label for logs and metrics.")
 @option("--allow-keras3", is_flag=True, help="Start a multi-worker job even without tf-keras (custom loops).")
-@option("--warm-spares/--no-warm-spares", default=True, show_default=True,
+@option("--warm-spares/--no-warm-spares", default=D.warm_spares, show_default=True,
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
-@option("--bootstrap/--no-bootstrap", default=True, show_default=True,
+@option("--bootstrap/--no-bootstrap", default=D.bootstrap, show_default=True,
         help="Run tfdist's task bootstrap in Python tasks: a plain tf.distribute script reports step, loss, state "
         "and errors (see README); off: nothing of tfdist runs in the tasks.")
-@option("--thread-caps/--no-thread-caps", default=False, show_default=True,
+@option("--thread-caps/--no-thread-caps", default=D.thread_caps, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
-@option("--live/--no-live", default=None,
+@option("--live/--no-live", default=D.live,
         help="One live line per task and a summary at the end [default: when stderr is a terminal].")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
 @option("--no-python", is_flag=True, help="Run the target as a program, not with Python.")
 @option("--dry-run", is_flag=True, help="Print every task's TF_CONFIG, environment and command; start nothing.")
 @multi_options
 @click.argument("target", nargs=-1, type=click.UNPROCESSED, metavar="[--] SCRIPT [ARGS]...")
-def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, no_python: bool, dry_run: bool,
-            launcher_metrics_port: int | None, tf_log_level: str, live: bool | None, **flags: object) -> int:
+def command(**params: object) -> int:
     """Start and supervise a distributed TensorFlow job, on this machine or across machines.
 
     On one machine (the default) it builds each task's TF_CONFIG, starts every task in its own process group with
@@ -81,45 +86,42 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
     is the same command run on every machine; each machine runs its share of the workers as above, and every flag
     keeps its meaning there or is refused by name.
     """
-    from tfdist.cluster import is_loopback
-    from tfdist.launch.local.ports import check_ports
-    from tfdist.launch.local.command_check import check_log_dir, keras_plan, resolve_command
-    from tfdist.protocol import refuse_protected
-    from tfdist.launch.spec import LaunchSpec, Timeouts
-    from tfdist.launch.local.taskenv import count_tasks, parse_env_pairs
+    options = LaunchOptions.from_params(params)
+    if options.mode is not Mode.SINGLE:
+        return run_multi(options)
+    return run_single(options)
 
-    multi = {name: flags.pop(name) for name in MULTI_FLAGS}
-    if wants_multi(multi):
-        command_line = resolve_command(target, module=module, no_python=no_python)
-        legacy = keras_plan(LaunchSpec(command=command_line, workers=2, allow_keras3=bool(flags["allow_keras3"]),
-                                       env=parse_env_pairs(env_pairs)), os.environ)
-        shape = ("-m",) if module else ("--no-python",) if no_python else ()
-        return run_multi(multi, flags, command_line, shape + tuple(target), parse_env_pairs(env_pairs), legacy,
-                         env_pairs, dry_run=dry_run, live=live, tf_log_level=tf_log_level,
-                         launcher_metrics_port=launcher_metrics_port)
-    if flags["workers"] == 0 and not flags["chief"]:
+
+def run_single(options: LaunchOptions) -> int:
+    """One machine: check everything, then run the supervisor (or print the plan with --dry-run)."""
+    from tfdist.cluster import is_loopback
+    from tfdist.launch.local.command_check import check_log_dir, keras_plan, resolve_command
+    from tfdist.launch.local.ports import check_ports
+    from tfdist.launch.local.taskenv import count_tasks
+    from tfdist.protocol import refuse_protected
+
+    if options.workers == 0 and not options.chief:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
-    if flags["ps"] and not flags["chief"]:
-        raise UsageError(f"--ps {flags['ps']} needs --chief: under ParameterServerStrategy the chief is the coordinator "
-                         "that runs the training; without one every task waits forever",
+    if options.ps and not options.chief:
+        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
+                         "coordinator that runs the training; without one every task waits forever",
                          hint="add --chief (the workers and parameter servers only serve)")
-    environ = _with_tf_log_level(tf_log_level)
-    _check_gpus_exist(flags.get("gpus_per_task"))  # type: ignore[arg-type]
+    environ = _with_tf_log_level(options.tf_log_level)
+    _check_gpus_exist(options.gpus_per_task)
     from tfdist.launch.elastic.netaddr import advertised_address
 
     # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
     # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
-    flags["host"] = advertised_address(str(flags["host"]))
-    env = parse_env_pairs(env_pairs)
-    refuse_protected(name for name, _ in env)
-    timeouts = Timeouts(grace=flags.pop("grace_period"), hang=flags.pop("hang_timeout"))  # type: ignore[arg-type]
-    spec = LaunchSpec(command=resolve_command(target, module=module, no_python=no_python), env=env,
-                      timeouts=timeouts, launcher_metrics_port=launcher_metrics_port, **flags)  # type: ignore[arg-type]
+    host = advertised_address(options.host)
+    refuse_protected(name for name, _ in options.env_pairs())
+    spec = options.to_launch_spec(resolve_command(options.target, module=options.module,
+                                                  no_python=options.no_python), host=host)
     legacy_keras = keras_plan(spec, os.environ)
-    if no_python:
+    if options.no_python:
         _warn_other_python(spec.command.program)
-    if dry_run:
-        print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} (--tf-log-level {tf_log_level})")
+    if options.dry_run:
+        print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} "
+              f"(--tf-log-level {options.tf_log_level})")
         return _dry_run(spec, legacy_keras)
     if spec.log_dir is not None:
         check_log_dir(spec.log_dir)
@@ -137,11 +139,11 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
 
     become_subreaper()  # before the first child, so every descendant is ours to find
     launcher_metrics = None
-    if launcher_metrics_port is not None:
+    if spec.launcher_metrics_port is not None:
         from tfdist.observability.launcher_metrics import LauncherMetrics
 
         launcher_metrics = LauncherMetrics(spec.job_name)
-        server = launcher_metrics.start(launcher_metrics_port, spec.metrics_host)
+        server = launcher_metrics.start(spec.launcher_metrics_port, spec.metrics_host)
         print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
     try:
         from tfdist.launch.console.liveview import watch
@@ -149,7 +151,7 @@ def command(target: tuple[str, ...], env_pairs: tuple[str, ...], module: bool, n
         supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
                                 console=Console(enabled=spec.tee or spec.log_dir is None,
                                                 tf_log_level=int(environ[LEVEL_VARIABLE])))
-        with watch(supervisor, live=live) as view:  # run record for status/logs; live lines on a terminal
+        with watch(supervisor, live=options.live) as view:  # run record for status/logs; live lines on a terminal
             result = supervisor.run()
         summarised = view.pinned is not None  # the live view printed the job's summary line already
     finally:
@@ -196,20 +198,19 @@ def _with_tf_log_level(flag: str) -> dict[str, str]:
     return {**os.environ, LEVEL_VARIABLE: str(choose_level(flag, os.environ, has_gpus))}
 
 
-def _dry_run(spec: object, legacy_keras: bool) -> int:
+def _dry_run(spec: LaunchSpec, legacy_keras: bool) -> int:
     from tfdist.cluster import TfConfig
     from tfdist.launch.local.ports import free_ports, ports_from_base
     from tfdist.launch.local.layout import role_meanings
     from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
 
-    n = count_tasks(spec)  # type: ignore[arg-type]
-    ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)  # type: ignore[attr-defined]
-    layout = layout_for(spec, ports)  # type: ignore[arg-type]
-    plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",  # type: ignore[attr-defined,arg-type]
+    n = count_tasks(spec)
+    ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)
+    layout = layout_for(spec, ports)
+    plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",
                        gpus=visible_gpus(os.environ), legacy_keras=legacy_keras, environ=os.environ)
     print("roles:")
-    for line in role_meanings(chief=spec.chief, workers=spec.workers, ps=spec.ps,  # type: ignore[attr-defined]
-                              evaluator=spec.evaluator):  # type: ignore[attr-defined]
+    for line in role_meanings(chief=spec.chief, workers=spec.workers, ps=spec.ps, evaluator=spec.evaluator):
         print(f"  {line}")
     for plan in plans:
         print(f"[{plan.name}] {plan.address}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from tfdist.launch.options import DEFAULTS
 from tfdist.protocol import Command
 
 
@@ -24,8 +25,8 @@ class Timeouts:
         spares_after: warm spares start once every training task sent a heartbeat, or after this long.
     """
 
-    grace: float = 30.0
-    hang: float = 300.0
+    grace: float = DEFAULTS.grace_period
+    hang: float = DEFAULTS.hang_timeout
     poll: float = 0.05
     failure_grace: float = 0.1
     untrained_grace: float = 1.0
@@ -69,30 +70,30 @@ class LaunchSpec:
     """
 
     command: Command
-    workers: int = 1
-    ps: int = 0
-    chief: bool = False
-    evaluator: bool = False
-    max_restarts: int = 0
-    restart_window: float = 0.0
-    backoff: float = 0.0
+    workers: int = DEFAULTS.workers
+    ps: int = DEFAULTS.ps
+    chief: bool = DEFAULTS.chief
+    evaluator: bool = DEFAULTS.evaluator
+    max_restarts: int = 0  # library callers (tests) do not restart; the CLI's default is DEFAULTS.max_restarts
+    restart_window: float = DEFAULTS.restart_window
+    backoff: float = 0.0  # library callers (tests) restart at once; the CLI's default is DEFAULTS.backoff
     backoff_max: float = 30.0
     log_dir: str | None = None
-    tee: bool = False
+    tee: bool = DEFAULTS.tee
     port_base: int | None = None
-    host: str = "127.0.0.1"
+    host: str = DEFAULTS.host
     env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     gpus_per_task: int | None = None
-    nccl_debug: bool = False
+    nccl_debug: bool = DEFAULTS.nccl_debug
     metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = DEFAULTS.metrics_host
     launcher_metrics_port: int | None = None
-    allow_keras3: bool = False
-    warm_spares: bool = True
-    thread_caps: bool = False
-    bootstrap: bool = True
-    restart_after_training: bool = False
-    job_name: str = "tfdist"
+    allow_keras3: bool = DEFAULTS.allow_keras3
+    warm_spares: bool = DEFAULTS.warm_spares
+    thread_caps: bool = DEFAULTS.thread_caps
+    bootstrap: bool = DEFAULTS.bootstrap
+    restart_after_training: bool = DEFAULTS.restart_after_training
+    job_name: str = DEFAULTS.job_name
     timeouts: Timeouts = field(default_factory=Timeouts)
     cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)
     local_tasks: tuple[str, ...] | None = None

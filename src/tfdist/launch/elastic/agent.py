@@ -31,6 +31,7 @@ from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
 from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.elastic.backup_copy import BackupStore
+from tfdist.launch.options import DEFAULTS
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
 from tfdist.status import ExitStatus
@@ -50,14 +51,14 @@ class AgentSpec:
     node_rank: int | None = None
     node_address: str | None = None
     node_name: str | None = None
-    node_timeout: float = 10.0
-    rdzv_timeout: float = 300.0
-    first_round_wait: float = 3.0
-    grace_period: float = 30.0
-    hang_timeout: float = 300.0
+    node_timeout: float = DEFAULTS.node_timeout
+    rdzv_timeout: float = DEFAULTS.rdzv_timeout
+    first_round_wait: float = DEFAULTS.rdzv_last_call
+    grace_period: float = DEFAULTS.grace_period
+    hang_timeout: float = DEFAULTS.hang_timeout
     gpus_per_task: int | None = None
-    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (see launch/process/spare_pool.py)
-    max_restarts: int = 3
+    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (process/spare_pool.py)
+    max_restarts: int = DEFAULTS.max_restarts
     env: tuple[tuple[str, str], ...] = ()
     log_dir: str | None = None
     legacy_keras: bool = False
@@ -110,11 +111,11 @@ class Agent:
         return self.spec.node_address or route_address(rdzv_ip)
 
     def _settings(self) -> RendezvousSettings:
-        return RendezvousSettings(job=self.spec.job, min_nodes=self.spec.min_nodes, max_nodes=self.spec.max_nodes,
-                                  node_timeout=self.spec.node_timeout, rdzv_timeout=self.spec.rdzv_timeout,
-                                  first_round_wait=self.spec.first_round_wait, max_restarts=self.spec.max_restarts,
-                                  restart_window=self.spec.restart_window, backoff=self.spec.backoff,
-                                  stop_timeout=self.spec.grace_period + self.spec.node_timeout + 5)
+        spec = self.spec
+        return RendezvousSettings.for_job(spec.job, spec.min_nodes, spec.max_nodes, node_timeout=spec.node_timeout,
+                                          rdzv_timeout=spec.rdzv_timeout, first_round_wait=spec.first_round_wait,
+                                          max_restarts=spec.max_restarts, grace_period=spec.grace_period,
+                                          restart_window=spec.restart_window, backoff=spec.backoff)
 
     def _open_link(self, rdzv_ip: str) -> RendezvousBackend:
         if self.spec.etcd is not None:

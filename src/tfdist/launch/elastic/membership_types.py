@@ -1,12 +1,14 @@
 """The rendezvous' vocabulary: the job's settings, what it knows of a machine, and the actions its policy returns.
 
-Plain data, shared by the membership policy (``membership.py``), the server that carries the actions out and their tests.
+Plain data, shared by the membership policy (``membership.py``), the server that carries the actions out, and tests.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from tfdist.launch.options import DEFAULTS
 
 
 class Phase(str, Enum):
@@ -24,16 +26,25 @@ class RendezvousSettings:
     job: str
     min_nodes: int
     max_nodes: int
-    node_timeout: float = 10.0
-    rdzv_timeout: float = 300.0
-    first_round_wait: float = 3.0  # torchrun's "last call": once MIN are there, wait this long for up to MAX
-    max_restarts: int = 3
+    node_timeout: float = DEFAULTS.node_timeout
+    rdzv_timeout: float = DEFAULTS.rdzv_timeout
+    first_round_wait: float = DEFAULTS.rdzv_last_call  # torchrun's "last call": once MIN are there, wait for MAX
+    max_restarts: int = DEFAULTS.max_restarts
     restart_window: float = 0.0  # --restart-window: a restart older than this no longer counts (0: never expires)
     backoff: float = 0.0  # --backoff: seconds before the first restart after a failure; doubles, capped at 30 s
     fail_limit: int = 2
     cooldown: float = 300.0
     after_success: float = 10.0
     stop_timeout: float = 60.0
+
+    @classmethod
+    def for_job(cls, job: str, min_nodes: int, max_nodes: int, *, node_timeout: float, rdzv_timeout: float,
+                first_round_wait: float, max_restarts: int, grace_period: float, restart_window: float = 0.0,
+                backoff: float = 0.0) -> RendezvousSettings:
+        """The settings of a launched job: a stop waits for the tasks' grace period plus a lost machine's timeout."""
+        return cls(job=job, min_nodes=min_nodes, max_nodes=max_nodes, node_timeout=node_timeout,
+                   rdzv_timeout=rdzv_timeout, first_round_wait=first_round_wait, max_restarts=max_restarts,
+                   restart_window=restart_window, backoff=backoff, stop_timeout=grace_period + node_timeout + 5)
 
 
 @dataclass

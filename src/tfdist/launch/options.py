@@ -1,0 +1,341 @@
+"""Every option of ``tfdist launch``, typed, built once from the command line: :class:`LaunchOptions`.
+
+The CLI parses flags into one :class:`LaunchOptions` (each default is written here, once; the CLI's flags take their
+defaults from :data:`DEFAULTS`) and the rest of the launcher converts it:
+
+- :meth:`LaunchOptions.to_launch_spec`: the single-machine supervisor's :class:`~tfdist.launch.spec.LaunchSpec`;
+- :meth:`LaunchOptions.to_agent_spec`: one machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``);
+- :meth:`LaunchOptions.rendezvous_settings`: the rendezvous' job shape and clocks;
+- :meth:`LaunchOptions.agent_args`: the flags the host-file driver passes to every host's agent over ssh;
+- :meth:`LaunchOptions.to_argv` and :func:`from_argv`, its inverse (``from_argv(o.to_argv()) == o`` for every ``o``).
+
+:data:`OPTIONS` is plain data, one entry per option: its flag, how its value is written, and whether the host-file
+driver forwards it to the agents. Which options work in which way across machines, and the refusals, are the table
+``tfdist.cli.launch_parity.ACROSS_MACHINES`` (one row per option, same names; a test keeps the two in step).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from tfdist.errors import UsageError
+
+if TYPE_CHECKING:
+    from tfdist.launch.elastic.agent import AgentSpec
+    from tfdist.launch.elastic.membership_types import RendezvousSettings
+    from tfdist.launch.spec import LaunchSpec
+    from tfdist.protocol import Command
+
+DEFAULT_RDZV_PORT = 29400
+_NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
+_JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What ``tfdist launch`` was asked to do, as typed values (``--help`` says what each means)."""
+
+    target: tuple[str, ...] = ()  # the script (or module, or program) and its arguments
+    module: bool = False
+    no_python: bool = False
+    dry_run: bool = False
+    # one machine's task group
+    workers: int = 1
+    ps: int = 0
+    chief: bool = False
+    evaluator: bool = False
+    max_restarts: int = 3
+    restart_after_training: bool = False
+    restart_window: float = 0.0
+    backoff: float = 1.0
+    log_dir: str | None = None
+    tee: bool = False
+    port_base: int | None = None
+    host: str = "127.0.0.1"
+    env: tuple[str, ...] = ()  # KEY=VALUE as typed (parsed and checked by the conversions)
+    gpus_per_task: int | None = None
+    nccl_debug: bool = False
+    tf_log_level: str = "auto"
+    grace_period: float = 30.0
+    hang_timeout: float = 300.0
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    launcher_metrics_port: int | None = None
+    job_name: str = "tfdist"
+    allow_keras3: bool = False
+    warm_spares: bool = True
+    bootstrap: bool = True
+    thread_caps: bool = False
+    live: bool | None = None  # None: when stderr is a terminal
+    # across machines
+    hostfile: str | None = None
+    hosts: str | None = None
+    include: str | None = None
+    exclude: str | None = None
+    host_cooldown_range: str = "10:300"  # LOW:HIGH seconds before a lost host-file host is probed again
+    host_discovery_script: str | None = None
+    min_nodes: int | None = None
+    nnodes: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "tfdist"  # or "etcd"
+    rdzv_conf: tuple[str, ...] = ()  # KEY=VALUE settings of the etcd backend
+    rdzv_id: str | None = None
+    rdzv_secret_file: str | None = None  # "-": the first line of stdin (how the host-file driver hands it over)
+    rdzv_insecure: bool = False
+    node_rank: int | None = None
+    node_address: str | None = None
+    node_name: str | None = None
+    node_timeout: float = 10.0
+    rdzv_timeout: float = 300.0
+    rdzv_last_call: float = 3.0
+    checkpoint_dir: str | None = None
+    agent_watch_stdin: bool = False
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> LaunchOptions:
+        """From the CLI's parsed parameters (one per field, same names but ``env_pairs`` for ``env``; sequences
+        become tuples)."""
+        renamed = {("env" if k == "env_pairs" else k): v for k, v in params.items()}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in renamed.items()})
+
+    @property
+    def mode(self) -> Mode:
+        if self.hostfile or self.hosts or self.host_discovery_script:
+            return Mode.HOSTFILE
+        if self.nnodes or self.rdzv_endpoint:
+            return Mode.RENDEZVOUS
+        return Mode.SINGLE
+
+    # -- conversions ----------------------------------------------------------------------------------------------
+    def env_pairs(self) -> tuple[tuple[str, str], ...]:
+        from tfdist.launch.local.taskenv import parse_env_pairs
+
+        return parse_env_pairs(self.env)
+
+    def to_launch_spec(self, command: Command, *, host: str | None = None) -> LaunchSpec:
+        """The single-machine supervisor's spec; ``host``: the advertised address when the CLI resolved one."""
+        from tfdist.launch.spec import LaunchSpec, Timeouts
+
+        return LaunchSpec(
+            command=command, workers=self.workers, ps=self.ps, chief=self.chief, evaluator=self.evaluator,
+            max_restarts=self.max_restarts, restart_window=self.restart_window, backoff=self.backoff,
+            log_dir=self.log_dir, tee=self.tee, port_base=self.port_base, host=self.host if host is None else host,
+            env=self.env_pairs(), gpus_per_task=self.gpus_per_task, nccl_debug=self.nccl_debug,
+            metrics_port=self.metrics_port, metrics_host=self.metrics_host,
+            launcher_metrics_port=self.launcher_metrics_port, allow_keras3=self.allow_keras3,
+            warm_spares=self.warm_spares, thread_caps=self.thread_caps, bootstrap=self.bootstrap,
+            restart_after_training=self.restart_after_training, job_name=self.job_name,
+            timeouts=Timeouts(grace=self.grace_period, hang=self.hang_timeout))
+
+    def rendezvous_settings(self, job: str, min_nodes: int, max_nodes: int) -> RendezvousSettings:
+        from tfdist.launch.elastic.membership_types import RendezvousSettings
+
+        return RendezvousSettings.for_job(job, min_nodes, max_nodes, node_timeout=self.node_timeout,
+                                          rdzv_timeout=self.rdzv_timeout, first_round_wait=self.rdzv_last_call,
+                                          max_restarts=self.max_restarts, grace_period=self.grace_period,
+                                          restart_window=self.restart_window, backoff=self.backoff)
+
+    def to_agent_spec(self, command: Command, *, job: str, secret: bytes, legacy_keras: bool,
+                      versions: Mapping[str, str] | None = None, etcd: Any = None, tasks: Any = None) -> AgentSpec:
+        """This machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``). ``job`` and ``secret``: as
+        read from ``--rdzv-secret-file``/``--rdzv-id`` by the CLI; ``etcd``: the parsed ``--rdzv-conf`` of the etcd
+        backend (its first endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""
+        from tfdist.launch.elastic.agent import AgentSpec
+
+        low, high = parse_nnodes(self.nnodes or "1")
+        host, port = etcd.endpoints[0] if etcd is not None else parse_endpoint(self.rdzv_endpoint or "")
+        return AgentSpec(
+            job=job, secret=secret, endpoint_host=host, endpoint_port=port, min_nodes=low, max_nodes=high,
+            slots=self.workers, command=command, node_rank=self.node_rank, node_address=self.node_address,
+            node_name=self.node_name, node_timeout=self.node_timeout, rdzv_timeout=self.rdzv_timeout,
+            first_round_wait=self.rdzv_last_call, grace_period=self.grace_period, hang_timeout=self.hang_timeout,
+            gpus_per_task=self.gpus_per_task, warm_spares=self.warm_spares and (self.max_restarts > 0 or low < high),
+            max_restarts=self.max_restarts, env=self.env_pairs(), log_dir=self.log_dir, legacy_keras=legacy_keras,
+            checkpoint_dir=self.checkpoint_dir, watch_stdin=self.agent_watch_stdin, versions=dict(versions or {}),
+            etcd=etcd, restart_window=self.restart_window, backoff=self.backoff, port_base=self.port_base,
+            launcher_metrics_port=self.launcher_metrics_port, **({"tasks": tasks} if tasks is not None else {}))
+
+    def agent_args(self) -> tuple[str, ...]:
+        """The flags every host's agent gets from the host-file driver, each with its single-machine meaning there.
+        Options forwarded "always" are written even at their defaults, so a host's own environment twins or config
+        file cannot change what the job was started with; the driver adds each host's place and the target."""
+        forwarded = LaunchOptions(**{spec.name: getattr(self, spec.name) for spec in OPTIONS if spec.forward})
+        args = forwarded.to_argv(explicit={spec.name for spec in OPTIONS if spec.forward == ALWAYS})
+        return tuple(args[:-1])  # without the "--" that ends the flags
+
+    def to_argv(self, *, explicit: frozenset[str] | set[str] = frozenset()) -> list[str]:
+        """Flags for every option that differs from its default (or is named in ``explicit``), then ``--`` and the
+        target. :func:`from_argv` reads it back."""
+        argv: list[str] = []
+        for spec in OPTIONS:
+            if spec.name == "target":
+                continue
+            value = getattr(self, spec.name)
+            if value == getattr(DEFAULTS, spec.name) and spec.name not in explicit:
+                continue
+            argv += spec.render(value)
+        return [*argv, "--", *self.target]
+
+
+DEFAULTS = LaunchOptions()
+
+
+# -- one entry per option ---------------------------------------------------------------------------------------------
+class Mode(str, Enum):
+    SINGLE = "single"  # tfdist launch on this machine
+    RENDEZVOUS = "rendezvous"  # --nnodes/--rdzv-endpoint: the same command on every machine, one agent each
+    HOSTFILE = "hostfile"  # --hostfile/--hosts: this machine starts an agent on every host over ssh
+
+
+ALWAYS, CHANGED = "always", "changed"  # how the host-file driver forwards an option to the agents
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its field, its flag(s), how its value is written, whether the agents get it."""
+
+    name: str  # the LaunchOptions field
+    flag: str  # the long flag; "" for the target
+    forward: str = ""  # ALWAYS, CHANGED (when not the default) or "": the host-file driver's agents get it
+    parse: Callable[[str], Any] | None = None  # takes a value; None: a flag (bool)
+    negative: str = ""  # "--no-..." of a flag pair
+    short: str = ""
+    repeated: bool = False
+
+    def render(self, value: Any) -> list[str]:
+        if self.parse is None:
+            if value is None:
+                return []
+            return [self.flag] if value else [self.negative] if self.negative else []
+        if self.repeated:
+            return [word for item in value for word in (self.flag, str(item))]
+        return [] if value is None else [self.flag, str(value)]
+
+
+def _o(name: str, parse: Callable[[str], Any] | None = None, *, flag: str = "", **more: Any) -> OptionSpec:
+    return OptionSpec(name, flag or "--" + name.replace("_", "-"), parse=parse, **more)
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    _o("target", flag=""),
+    _o("module", short="-m"),
+    _o("no_python"),
+    _o("dry_run"),
+    _o("workers", int, short="-n"),  # across machines: tasks per machine (the driver gives each host its slots)
+    _o("ps", int),
+    _o("chief"),
+    _o("evaluator"),
+    _o("max_restarts", int, forward=ALWAYS),
+    _o("restart_after_training"),
+    _o("restart_window", float),  # across machines: the rendezvous' (the driver serves it)
+    _o("backoff", float),
+    _o("log_dir", str, forward=CHANGED),
+    _o("tee", forward=CHANGED),
+    _o("port_base", int, forward=CHANGED),
+    _o("host", str),
+    _o("env", str, forward=CHANGED, repeated=True),
+    _o("gpus_per_task", int, forward=CHANGED),
+    _o("nccl_debug", forward=CHANGED),
+    _o("tf_log_level", str, forward=ALWAYS),
+    _o("grace_period", float, forward=ALWAYS),
+    _o("hang_timeout", float, forward=ALWAYS),
+    _o("metrics_port", int, forward=CHANGED),
+    _o("metrics_host", str, forward=ALWAYS),
+    _o("launcher_metrics_port", int, forward=CHANGED),
+    _o("job_name", str, forward=CHANGED),  # else each agent labels its run with the job id
+    _o("allow_keras3", forward=CHANGED),
+    _o("warm_spares", forward=CHANGED, negative="--no-warm-spares"),
+    _o("bootstrap", negative="--no-bootstrap"),
+    _o("thread_caps", forward=CHANGED, negative="--no-thread-caps"),
+    _o("live", negative="--no-live"),
+    _o("hostfile", str),
+    _o("hosts", str),
+    _o("include", str),
+    _o("exclude", str),
+    _o("host_cooldown_range", str),
+    _o("host_discovery_script", str),
+    _o("min_nodes", int),
+    _o("nnodes", str),
+    _o("rdzv_endpoint", str),
+    _o("rdzv_backend", str),
+    _o("rdzv_conf", str, repeated=True),
+    _o("rdzv_id", str),
+    _o("rdzv_secret_file", str),  # host file: "-", the fresh secret on each agent's stdin
+    _o("rdzv_insecure"),
+    _o("node_rank", int),
+    _o("node_address", str),
+    _o("node_name", str),
+    _o("node_timeout", float, forward=ALWAYS),
+    _o("rdzv_timeout", float, forward=ALWAYS),
+    _o("rdzv_last_call", float, forward=ALWAYS),
+    _o("checkpoint_dir", str, forward=CHANGED),
+    _o("agent_watch_stdin"),  # hidden: set by the host-file driver over ssh
+)
+BY_NAME: Mapping[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}
+
+
+def from_argv(argv: Sequence[str]) -> LaunchOptions:
+    """The inverse of :meth:`LaunchOptions.to_argv`: flags (``--flag VALUE`` or ``--flag=VALUE``) up to ``--`` or the
+    first word that is not a flag, then the target. Raises UsageError naming an unknown flag or a bad value."""
+    by_word = {w: spec for spec in OPTIONS for w in (spec.flag, spec.short, spec.negative) if w}
+    values: dict[str, Any] = {}
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            i += 1
+            break
+        if not word.startswith("-"):
+            break
+        flag, has_value, inline = word.partition("=")
+        spec = by_word.get(flag)
+        if spec is None:
+            raise UsageError(f"{flag}: not an option of tfdist launch")
+        if spec.parse is None:
+            values[spec.name] = flag != spec.negative
+            i += 1
+            continue
+        if has_value:
+            text, i = inline, i + 1
+        elif i + 1 < len(words):
+            text, i = words[i + 1], i + 2
+        else:
+            raise UsageError(f"{flag} needs a value")
+        try:
+            value = spec.parse(text)
+        except ValueError:
+            raise UsageError(f"{flag} {text!r} is not a valid value") from None
+        values[spec.name] = (*values.get(spec.name, ()), value) if spec.repeated else value
+    return replace(DEFAULTS, **values, target=tuple(words[i:]))
+
+
+# -- values of the multi-machine flags --------------------------------------------------------------------------------
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """``2`` -> (2, 2); ``2:3`` -> (2, 3). Raises UsageError naming --nnodes."""
+    match = _NNODES.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"--nnodes {text!r} is not N or MIN:MAX", hint="e.g. --nnodes 2 or --nnodes 2:4")
+    low = int(match.group(1))
+    high = int(match.group(2) or low)
+    if low < 1 or high < low:
+        raise UsageError(f"--nnodes {text!r}: need 1 <= MIN <= MAX", hint="e.g. --nnodes 2:4")
+    return low, high
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``node1:29400`` -> ("node1", 29400); ``node1`` -> ("node1", 29400). Raises UsageError naming the flag."""
+    from tfdist.cluster import parse_address
+
+    text = text.strip()
+    has_port = text.rpartition(":")[2].isdigit() and (not text.startswith("[") or "]:" in text)
+    return parse_address(text if has_port else f"{text}:{DEFAULT_RDZV_PORT}", "--rdzv-endpoint")
+
+
+def job_id(text: str) -> str:
+    if not _JOB.fullmatch(text):
+        raise UsageError(f"--rdzv-id {text!r} is not a job id", hint="letters, digits, '.', '_', '-' (max 64)")
+    return text
+
