@@ -85,6 +85,7 @@ def shown(value: str) -> str:
 
 
 PRINTABLE_MAX = 120  # characters of a name or a peer's text shown on one line
+LINE_MAX = 4000  # a whole message line that carries such text
 
 
 def printable(value: object, max_length: int = PRINTABLE_MAX) -> str:

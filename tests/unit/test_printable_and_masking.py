@@ -45,3 +45,46 @@ def test_printable_cuts_long_text():
 ])
 def test_mask_command(command, masked):
     assert mask_command(command) == tuple(masked)
+
+
+HOSTILE = "evil\x1b[2J\x1b]0;owned\x07\nlost node 9: fake"
+
+
+def _clean(text: str) -> bool:
+    return not any(c in text for c in "\x1b\x07\r") and not any(
+        line.startswith("lost node 9") for line in text.splitlines())
+
+
+def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_text(capsys):
+    from tfdist.launch.elastic.membership import MembershipPolicy, Node, RendezvousSettings
+
+    policy = MembershipPolicy(RendezvousSettings(job="j", min_nodes=1, max_nodes=2, max_restarts=0), now=0.0)
+    node = Node(1, HOSTILE, "198.18.0.1\x1b[1m", 1, None, {})
+    assert _clean(node.label) and "\\x1b[2J" in node.label
+    assert policy.on_join(node, "j") is None
+    policy.on_ready(1, (1000,), None)
+    policy.tick(0.0)
+    policy.tick(10.0)
+    policy.on_exited(1, 0, "failed", 3, f"worker:0 exited 1 {HOSTILE}", now=11.0)
+    policy.tick(11.0)
+    policy.on_ready(1, (1000,), None)
+    (finish,) = policy.tick(12.0)
+    assert finish.status == 3 and _clean(finish.report), finish.report
+    assert "\\x1b[2J" in finish.report and "evil" in finish.report  # shown, escaped
+
+
+def test_the_agent_prints_what_peers_sent_as_printable_text(capsys, tmp_path):
+    import sys
+
+    from tfdist.launch.elastic.agent import Agent, AgentSpec
+    from tfdist.protocol import Command
+
+    agent = Agent(AgentSpec(job="j", endpoint_host="127.0.0.1", endpoint_port=1, min_nodes=1, max_nodes=1, slots=1,
+                            command=Command(target="x.py", interpreter=sys.executable), log_dir=str(tmp_path)))
+    agent.say(f"refused by the rendezvous: {HOSTILE}")
+    # The report is several lines by design (the rendezvous makes each one printable); here each line is shown as
+    # text too, so escape codes in it are never run.
+    report = "tfdist: job j did not succeed\n  evil\x1b[2J\x1b]0;owned\x07"
+    assert agent._finish({"type": "finish", "status": 3, "report": report}) == 3
+    err = capsys.readouterr().err
+    assert _clean(err) and "\\x1b[2J" in err and "tfdist: job j did not succeed" in err

@@ -35,6 +35,7 @@ from tfdist.launch.options import DEFAULTS
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
 from tfdist.status import ExitStatus
+from tfdist.validate import LINE_MAX, printable
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ class Agent:
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
-        print(f"tfdist[{rank}]: {message}", file=sys.stderr, flush=True)
+        # Messages carry what peers sent (reasons, names): shown, never interpreted by the terminal.
+        print(f"tfdist[{rank}]: {printable(message, LINE_MAX)}", file=sys.stderr, flush=True)
 
     # -- setting up ----------------------------------------------------------------------------------------------
     def _address(self, rdzv_ip: str) -> str:
@@ -132,7 +134,8 @@ class Agent:
         settings = self._settings()
         try:
             self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
-                                           say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr,
+                                           say=lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}",
+                                                               file=sys.stderr,
                                                                flush=True)).start()
         except OSError:
             self.server = None  # another agent on this machine serves it
@@ -353,7 +356,8 @@ class Agent:
                 self.group.stop(graceful=False)
             self.group = None
         if self.server is not None or status != 0 or message.get("print_report"):
-            print(message.get("report", ""), file=sys.stderr, flush=True)
+            report = str(message.get("report", "")).splitlines()
+            print("\n".join(printable(line, LINE_MAX) for line in report), file=sys.stderr, flush=True)
         self.say(f"job over, exit status {status}")
         return status
 

@@ -34,6 +34,7 @@ from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported
 from tfdist.launch.local.restart import RestartPolicy
 from tfdist.launch.outcome import Cause
 from tfdist.status import ExitStatus
+from tfdist.validate import printable
 
 KEPT_EVENTS = 200
 LEFT_OUT = "... (earlier events left out)"
@@ -111,6 +112,7 @@ class MembershipPolicy:
         if node is None or round_ != self.round or not node.in_round:
             return
         node.outcome, node.step = outcome, step
+        detail = printable(detail, 400)  # a member's words, shown in reports: never escape codes or extra lines
         if self.phase is Phase.RUNNING:
             if outcome == "succeeded" and self._rank(node) == 0:
                 self.phase = Phase.FINISHING

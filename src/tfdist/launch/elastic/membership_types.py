@@ -67,7 +67,11 @@ class Node:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.address})" if self.name != self.address else self.address
+        """How reports name the machine: its name and address as the peer sent them, reduced to printable text."""
+        from tfdist.validate import printable
+
+        name, address = printable(self.name), printable(self.address)
+        return f"{name} ({address})" if name != address else address
 
 
 @dataclass(frozen=True)

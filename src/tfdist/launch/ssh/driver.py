@@ -28,6 +28,7 @@ from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.ssh.comeback import CooldownRange
 from tfdist.launch.ssh.fleet import Fleet
 from tfdist.status import ExitStatus
+from tfdist.validate import LINE_MAX, printable
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5")
 # Forwarded to every host, as ssh sends no environment by default: where tfdist is imported from, TF's log level.
@@ -119,7 +120,7 @@ class _Session:
         if self.proc.poll() is None:
             return f"no answer over ssh within {PREFLIGHT_TIMEOUT_S:g}s"
         err = self.proc.stderr.read() if self.proc.stderr else ""
-        last = (err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1]
+        last = printable((err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1], 400)
         if self.proc.returncode == 255:
             return f"unreachable over ssh: {last}"
         return f"cannot run tfdist's probe there: {last}"
@@ -162,7 +163,7 @@ def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
                              "and install tfdist on every host")
         distinct = {json.dumps(r["versions"], sort_keys=True) for r in reports.values()}
         if len(distinct) > 1:
-            listing = "; ".join(f"{host}: " + ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
+            listing = "; ".join(f"{host}: " + ", ".join(printable(f"{k} {v}") for k, v in sorted(r["versions"].items()))
                                 for host, r in reports.items())
             raise UsageError(f"preflight: versions differ between hosts: {listing}",
                              hint="install the same Python, TensorFlow and tfdist on every host")
@@ -209,7 +210,8 @@ def run(spec: DriverSpec) -> int:
     listen = route_address(first_ip)
     preflight(spec, listen)
     server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret,
-                              say=lambda m: print(f"tfdist[rdzv]: {m}", file=sys.stderr, flush=True)).start()
+                              say=lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr,
+                                                  flush=True)).start()
     print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
           flush=True)
     relays: list[threading.Thread] = []
@@ -227,7 +229,7 @@ def run(spec: DriverSpec) -> int:
 
     fleet = Fleet(spec.hosts, launch, lambda: {n.name for n in dict(server.policy.nodes).values()},
                   cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
-                  say=lambda m: print(f"tfdist: {m}", file=sys.stderr, flush=True))
+                  say=lambda m: print(f"tfdist: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True))
 
     def on_signal(signum: int, _frame: object) -> None:
         if stop and signum == signal.SIGINT:
@@ -248,7 +250,8 @@ def run(spec: DriverSpec) -> int:
         for relay in relays:
             relay.join(timeout=2)
         if result is not None:
-            print(result.report, file=sys.stderr, flush=True)
+            print("\n".join(printable(line, LINE_MAX) for line in result.report.splitlines()), file=sys.stderr,
+                  flush=True)
         return status
     finally:
         fleet.close()
