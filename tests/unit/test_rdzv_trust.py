@@ -295,3 +295,14 @@ def test_13_a_line_while_the_endpoint_does_not_answer():
     with pytest.raises(TimeoutError, match=f"127.0.0.1:{port}"):
         link.connect(dict(job="j", name="n", address="127.0.0.1", slots=1), time.monotonic() + 1.5, lambda: False)
     assert len(said) >= 2 and all(f"waiting for the rendezvous at 127.0.0.1:{port}" in line for line in said)
+
+
+# -- what a member's join puts on the operator's terminal and into TF_CONFIG -----------------------------------------
+def test_a_name_with_escape_codes_is_shown_escaped_and_a_bad_address_is_refused():
+    said: list[str] = []
+    with live_server(said=said) as server:
+        assert isinstance(Peer(server).join("evil\x1b[2J\nfake: round 9 started"), M.Welcome)
+        joined = [line for line in said if "joined" in line]
+        assert joined and "\x1b" not in joined[0] and "\n" not in joined[0] and "\\x1b" in joined[0]
+        answer = Peer(server).join("m2", address="10.0.0.1; rm -rf /")
+        assert isinstance(answer, M.Refused) and "not a host name or IP address" in answer.reason

@@ -22,6 +22,7 @@ from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
 from tfdist.status import ExitStatus
+from tfdist.validate import printable
 
 PROGRESS_EVERY_S = 10.0  # a line this often while the endpoint does not answer
 CLOSED_EARLY_S = 10.0  # an endpoint that closes every connection unanswered this long is not our rendezvous
@@ -118,7 +119,7 @@ class RendezvousLink:
         if not isinstance(answer, M.Welcome):
             channel.close()
             if isinstance(answer, M.Refused):
-                raise Refused(answer.reason, answer.status)
+                raise Refused(printable(answer.reason), answer.status)
             raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
         sock.settimeout(max(self.node_timeout, 5.0))
         self.channel = channel

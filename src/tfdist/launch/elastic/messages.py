@@ -14,6 +14,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from tfdist.cluster.address import check_host
+from tfdist.errors import UsageError
+
 VERSION = 1
 SPOKEN = (VERSION,)
 MAX_DEPTH = 5
@@ -152,8 +155,12 @@ class Join(Message):
         versions = _object({} if raw.get("versions") is None else raw["versions"], "versions", 16)
         for key, value in versions.items():
             _text(key, "versions key", 64), _text(value, f"versions.{key[:20]}", 200)
-        return cls(job=_text(raw.get("job"), "job", 64), name=_text(raw.get("name"), "name", 256),
-                   address=_text(raw.get("address"), "address", 256),
+        address = _text(raw.get("address"), "address", 256)
+        try:  # it goes into every task's TF_CONFIG: a host name or an IP address, nothing else
+            check_host(address, "address")
+        except UsageError:
+            raise ProtocolError("address: not a host name or IP address") from None
+        return cls(job=_text(raw.get("job"), "job", 64), name=_text(raw.get("name"), "name", 256), address=address,
                    slots=_int(raw.get("slots"), "slots", 1, MAX_SLOTS),
                    node_rank=_maybe(_int, raw.get("node_rank"), "node_rank", 0, 9999), versions=dict(versions))
 

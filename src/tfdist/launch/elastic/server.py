@@ -24,6 +24,7 @@ from dataclasses import asdict
 from typing import Callable
 
 from tfdist.cluster.address import format_address
+from tfdist.validate import printable
 from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
@@ -170,8 +171,10 @@ class RendezvousServer:
         self._drop(node_id, channel, reason)
 
     def _serve_member(self, node_id: int, channel: P.Channel, join: M.Join) -> None:
-        node = Node(node_id=node_id, name=join.name or join.address, address=join.address, slots=join.slots,
-                    requested_rank=join.node_rank, versions=dict(join.versions or {}))
+        # Names are shown on the operator's terminal: escape codes and line breaks arrive as visible escapes.
+        node = Node(node_id=node_id, name=printable(join.name or join.address, 200), address=join.address,
+                    slots=join.slots, requested_rank=join.node_rank,
+                    versions={printable(k, 40): printable(v, 100) for k, v in (join.versions or {}).items()})
         with self._lock:
             refusal = self.policy.on_join(node, join.job)
             if refusal is None:
@@ -234,7 +237,8 @@ class RendezvousServer:
             elif isinstance(message, M.Training):
                 self.policy.on_training(node_id, message.round)
             elif isinstance(message, M.Exited):
-                self.policy.on_exited(node_id, message.round, message.outcome, message.step, message.detail, now)
+                self.policy.on_exited(node_id, message.round, message.outcome, message.step,
+                                      printable(message.detail, M.MAX_TEXT), now)
 
     def _seen(self, node_id: int, now: float) -> None:
         with self._lock:
