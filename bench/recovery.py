@@ -2,11 +2,16 @@
 
 Median over several trials each, on tfdist.examples.digits with 2 workers:
 - kill:     SIGKILL of worker 1 mid-training -> time until the whole group is torn down (goal <= 1 s), time until the
-            first resumed training step (goal <= 10 s), steps lost (goal <= the save interval); with warm spares
-            (the default) and, as the baseline, with --no-warm-spares.
+            first resumed training step (goal <= 10 s), steps lost (goal <= 2 with in-memory snapshots, the
+            default; kill-nosnap: the same with TFDIST_SNAPSHOTS=0, where the goal is <= the save interval); with
+            warm spares (the default) and, as the baseline, with --no-warm-spares.
+            steps_lost = the last step any worker finished before the kill (the attempt's heartbeats, written every
+            step here) minus the step the restarted group resumed from.
 - hang:     SIGSTOP of worker 1 with --hang-timeout H -> time until teardown (goal <= H + 1 s).
 - preempt:  SIGTERM to worker 1 -> steps lost (goal 0) and time to the first resumed step.
 - overhead: training throughput with the default backup interval vs no checkpointing, alternating (goal <= 3 %).
+- snapshot_overhead: mean step time of worker 0 with a snapshot every step (TFDIST_SNAPSHOT_EVERY=1) / with
+            snapshots off, alternating runs, median of the per-round ratios (goal <= 1.02).
 
 Each trial also prints where the time from the fault to the first resumed step went: detection (fault -> the
 launcher's verdict), teardown (-> group stopped), hand-off (-> next attempt started: ports, plans, orders to the warm
@@ -14,12 +19,15 @@ spares), script start (-> the script's first tfdist call), TF server + cluster (
 BackupAndRestore starts), checkpoint restore, first step (-> the first heartbeat past the restored step). Sources: the
 launcher's events.jsonl, and marks from bench/_probe/sitecustomize.py (put on PYTHONPATH for the trials only).
 
-    .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5] [--kinds kill-cold,kill,hang,preempt]
+    .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5]
+                                       [--kinds kill-cold,kill,kill-nosnap,hang,preempt] [--skip-overhead]
+                                       [--skip-snapshot-overhead]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -111,14 +119,21 @@ def breakdown(tmp: str, fault_at: float, restored: int) -> dict[str, float]:
     return {phase: b - a for phase, a, b in zip(PHASES, points, points[1:])}
 
 
-def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, float]:
+def last_finished_step(logs: Path, attempt: int) -> int:
+    """The newest step any training task of ``attempt`` reported (its heartbeats)."""
+    steps = [read_step(path) for path in (logs / f"attempt-{attempt}").glob("*.heartbeat")]
+    return max((s for s in steps if s is not None), default=0)
+
+
+def trial(kind: str, hang_timeout: float, spares: bool = True, snapshots: bool = True) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp, "logs")
         Path(tmp, "probe").mkdir()
         env = {**ENV, "PYTHONPATH": f"{PROBE}:{ENV['PYTHONPATH']}", "TFDIST_BENCH_PROBE_DIR": f"{tmp}/probe"}
         launcher = subprocess.Popen(
             [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0",
-             "--warm-spares" if spares else "--no-warm-spares", "--hang-timeout",
+             "--warm-spares" if spares else "--no-warm-spares", *([] if snapshots else ["--env", "TFDIST_SNAPSHOTS=0"]),
+             "--hang-timeout",
              str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "8", "--steps-per-epoch", "60",
              "--save-every", str(SAVE_EVERY), "--step-delay", "0.02", "--no-tensorboard", "--model-dir", f"{tmp}/m"],
             env=env, stdout=open(f"{tmp}/out", "w"), stderr=open(f"{tmp}/err", "w"))  # noqa: SIM115
@@ -128,12 +143,12 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
         if spares:  # a fault soon after the start finds no spare yet; measure the steady state
             wait(lambda: spares_ready(parent, logs), timeout=120, interval=0.2, alive=launcher)
         victims = tasks(logs, 0)
-        step_at_fault = read_step(beat) or 0
         fault_at = time.time()
         start = time.perf_counter()
         victims["worker:1"].send_signal({"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "preempt": signal.SIGTERM}[kind])
         psutil.wait_procs(list(victims.values()), timeout=120)
         teardown = time.perf_counter() - start
+        step_at_fault = last_finished_step(logs, 0)  # every task of attempt 0 is gone: no beat comes after this
         resumed_beat = logs / "attempt-1" / "worker-0.heartbeat"
         first = wait(lambda: read_step(resumed_beat) is not None and read_step(resumed_beat), timeout=240,
                      alive=launcher)
@@ -145,7 +160,7 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
             raise RuntimeError(err[-2000:])
         restored = int(re.search(r"resumed_from_step=(\d+)", out).group(1))
         result = {"teardown_s": teardown, "first_resumed_step_s": to_first_step,
-                  "steps_lost": max(0, step_at_fault - restored)}
+                  "steps_lost": step_at_fault - restored}
         try:
             result.update(breakdown(tmp, fault_at, restored))
         except (StopIteration, KeyError, ValueError) as missing:
@@ -153,11 +168,12 @@ def trial(kind: str, hang_timeout: float, spares: bool = True) -> dict[str, floa
         return result
 
 
-def throughput(no_checkpoints: bool) -> float:
+def throughput(no_checkpoints: bool, env: tuple[str, ...] = ()) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         extra = ["--no-checkpoints"] if no_checkpoints else []
         result = subprocess.run(
-            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--tee", "--", DIGITS,
+            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--tee",
+             *[arg for pair in env for arg in ("--env", pair)], "--", DIGITS,
              "--epochs", "4", "--steps-per-epoch", "100", "--no-tensorboard", "--model-dir", f"{tmp}/m", *extra],
             env=QUIET_TF, capture_output=True, text=True, check=True)
         seconds = float(re.search(r"\[worker:0\] train_steps=\d+ train_seconds=([\d.]+)", result.stdout).group(1))
@@ -169,20 +185,25 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--hang-timeout", type=float, default=5.0)
     parser.add_argument("--skip-overhead", action="store_true")
-    parser.add_argument("--kinds", default="kill-cold,kill,hang,preempt", help="which faults, comma-separated")
+    parser.add_argument("--skip-snapshot-overhead", action="store_true")
+    parser.add_argument("--kinds", default="kill-cold,kill,kill-nosnap,hang,preempt",
+                        help="which faults, comma-separated")
     args = parser.parse_args()
     summary: dict[str, dict[str, float]] = {}
-    kinds = [("kill (cold restart)", "kill", False), ("kill", "kill", True), ("hang", "hang", True),
-             ("preempt", "preempt", True)]
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    # (name, option, fault, warm spares, snapshots)
+    kinds = [("kill (cold restart)", "kill-cold", "kill", False, True), ("kill", "kill", "kill", True, True),
+             ("kill (snapshots off)", "kill-nosnap", "kill", True, False), ("hang", "hang", "hang", True, True),
+             ("preempt", "preempt", "preempt", True, True)]
     wanted = args.kinds.split(",")
-    kinds = [k for k in kinds if ("kill-cold" if k[0].startswith("kill (cold") else k[1]) in wanted]
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in kinds}
+    kinds = [k for k in kinds if k[1] in wanted]
+    runs: dict[str, list[dict[str, float]]] = {k[0]: [] for k in kinds}
     for i in range(args.trials):  # alternate the kinds within each round
-        for name, kind, spares in kinds:
-            runs[name].append(trial(kind, args.hang_timeout if kind == "hang" else 300.0, spares))
+        for name, _, kind, spares, snapshots in kinds:
+            runs[name].append(trial(kind, args.hang_timeout if kind == "hang" else 300.0, spares, snapshots))
             print(f"  {name} trial {i + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in runs[name][-1].items()),
                   flush=True)
-    for name, _, _ in kinds:
+    for name, *_ in kinds:
         keys = [k for k in runs[name][0] if all(k in r for r in runs[name])]
         summary[name] = {key: median([r[key] for r in runs[name]]) for key in keys}
         print(f"{name}: median " + ", ".join(f"{k}={summary[name][k]:.3f}" for k in keys if k not in PHASES),
@@ -197,6 +218,15 @@ def main() -> None:
         slowdown = 1 - median_ratio(rates["checkpointing"], rates["none"])
         summary["overhead"] = {"slowdown": slowdown}
         print(f"overhead: median slowdown {slowdown * 100:.1f} % (goal <= 3 %)")
+    if not args.skip_snapshot_overhead:
+        print("snapshot overhead: steps/s with a snapshot every step vs snapshots off, alternating")
+        rates = alternate(args.trials, [
+            ("every step", lambda: throughput(False, ("TFDIST_SNAPSHOT_EVERY=1",))),
+            ("off", lambda: throughput(False, ("TFDIST_SNAPSHOTS=0",)))])
+        ratio = median_ratio(rates["off"], rates["every step"])  # step time with / without
+        summary["snapshot"] = {"overhead": ratio}
+        print(f"snapshot_overhead={ratio:.3f} (step time with a snapshot every step / without; goal <= 1.02)")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     print(json.dumps(summary))
 
 

@@ -11,6 +11,7 @@ Importing this package does not import TensorFlow; the functions that need it im
 """
 from __future__ import annotations
 
+import tfdist.runtime.snapshots  # noqa: F401 - binds runtime.snapshots (custom-loop helper)
 from tfdist.runtime.cluster import ClusterInfo, cluster_info
 from tfdist.runtime.keras_compat import Keras3MultiWorkerError
 from tfdist.runtime.reporting import install_error_hook, record
@@ -33,7 +34,7 @@ from tfdist.runtime.world import per_replica_batch, world_size
 __all__ = [
     "ClusterInfo", "Keras3MultiWorkerError", "backup_dir", "callbacks", "checkpoint_dir", "cleanup", "cluster_info",
     "configure_devices", "global_batch_size", "is_chief", "record", "resumed_from_step", "save_model", "shard",
-    "per_replica_batch", "strategy", "task", "tensorboard_dir", "world_size",
+    "per_replica_batch", "snapshots", "strategy", "task", "tensorboard_dir", "world_size",
 ]
 
 install_error_hook()

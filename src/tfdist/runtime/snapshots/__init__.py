@@ -13,10 +13,10 @@ session (the mechanism both front ends share).
 """
 from __future__ import annotations
 
-from tfdist.runtime.snapshots.keras import keras_callback
+from tfdist.runtime.snapshots.keras import callbacks_for_fit, keras_callback
 from tfdist.runtime.snapshots.loop import LoopSnapshots, for_checkpoint
 from tfdist.runtime.snapshots.policy import Resume, choose_resume
 from tfdist.runtime.snapshots.settings import SnapshotSettings, settings_from_env
 
-__all__ = ["LoopSnapshots", "Resume", "SnapshotSettings", "choose_resume", "for_checkpoint", "keras_callback",
-           "settings_from_env"]
+__all__ = ["LoopSnapshots", "Resume", "SnapshotSettings", "callbacks_for_fit", "choose_resume", "for_checkpoint",
+           "keras_callback", "settings_from_env"]

@@ -83,3 +83,22 @@ def keras_callback(settings: SnapshotSettings | None = None) -> Any | None:
                 self.session.close()
 
     return SnapshotCallback()
+
+
+def callbacks_for_fit(model: Any, given: Any) -> list[Any]:
+    """For the task bootstrap (a plain script's ``fit`` seen from outside): ``[snapshot callback]`` to append after
+    the script's own callbacks when they hold a tf-keras ``BackupAndRestore`` (which tells ``fit`` where to resume)
+    and none of tfdist's own snapshot callbacks; else ``[]``. Put it before any callback that reads the resumed step.
+    """
+    listed = list(given) if isinstance(given, (list, tuple)) else []
+    if any(type(cb).__name__ == "SnapshotCallback" for cb in listed):
+        return []  # runtime.callbacks() already has one
+    # A tf-keras model has the _training_state attribute BackupAndRestore fills; Keras 3 keeps no such state.
+    if not hasattr(model, "_training_state") or not any(
+            "BackupAndRestore" in [k.__name__ for k in type(cb).__mro__] for cb in listed):
+        return []  # without it fit cannot resume mid-epoch
+    strategy = getattr(model, "distribute_strategy", None)
+    if any("ParameterServerStrategy" in k.__name__ for k in type(strategy).__mro__):
+        return []
+    callback = keras_callback()
+    return [callback] if callback is not None else []
