@@ -141,12 +141,15 @@ def test_3_a_stop_says_who_saves_and_keeps_the_folder_it_points_at(tmp_path):
 
 
 def test_4_progress_bars_are_relayed_as_they_come_each_redraw_prefixed(tmp_path):
-    done = launch("-n", "1", "--", KERAS, "--backup-dir", str(tmp_path / "b"), "--epochs", "1", "--steps", "20",
-                  "--step-sleep", "0.05", "--verbose", "1")
-    assert done.returncode == 0, done.stderr
-    redraws = done.stdout.split("\r")[1:]
-    assert len(redraws) > 5, repr(done.stdout[-500:])
-    assert all(seg.startswith("[worker:0] ") for seg in redraws if seg), repr(done.stdout[-800:])
+    done = subprocess.run(  # bytes: text mode would turn each \r into a newline
+        [sys.executable, "-m", "tfdist", "launch", "-n", "1", "--", KERAS, "--backup-dir", str(tmp_path / "b"),
+         "--epochs", "1", "--steps", "20", "--step-sleep", "0.05", "--verbose", "1"], capture_output=True,
+        timeout=TIMEOUT, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    stdout = done.stdout.decode(errors="replace")
+    redraws = stdout.split("\r")[1:]  # tf-keras redraws its bar with \b...\r, even into a pipe
+    assert len(redraws) > 5, repr(stdout[-500:])
+    assert all(seg.startswith("[worker:0] ") for seg in redraws if seg), repr(stdout[-800:])
 
 
 def test_5_a_stopped_worker_is_blamed_not_the_healthy_one_tensorflow_aborted(tmp_path):

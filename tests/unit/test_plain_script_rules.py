@@ -216,3 +216,12 @@ def test_status_prefers_runs_started_from_this_folder():
     assert latest(records, "/elsewhere").run_id == "newest0000aa"
     assert "this folder" in chosen_because(records[1], "/here")
     assert "started from /other" in chosen_because(records[0], "/elsewhere")
+
+
+def test_readme_quick_start_says_to_activate_the_demo_environment():
+    from tests.conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    before_first_command = quick_start.split("tfdist launch", 1)[0]
+    assert "make demo" in before_first_command and ". .venv/bin/activate" in before_first_command
