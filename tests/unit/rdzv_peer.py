@@ -102,3 +102,58 @@ def stranger(server: RendezvousServer, source: str = "127.0.0.2") -> socket.sock
     sock.settimeout(5.0)
     sock.connect(server.address[:2])
     return sock
+
+
+# -- members: peers that joined and are ready (the in-process rendezvous tests) ----------------------------------
+def backup(name: str, data: bytes = b"weights", fs: str = "aa") -> M.Backup:
+    """A backup manifest as an agent reports it: the checkpoint index file and one shard, with digests."""
+    import hashlib
+
+    files = {"checkpoint": f'model_checkpoint_path: "{name}"\n'.encode(), f"{name}.index": data}
+    return M.Backup(fs, name, {f: hashlib.sha256(d).hexdigest() for f, d in files.items()},
+                    {f: len(d) for f, d in files.items()})
+
+
+def member(server: RendezvousServer, name: str = "m", *, slots: int = 1, rank: int | None = None,
+           ports: list[int] | None = None, backup: M.Backup | None = None,
+           versions: dict[str, str] | None = None) -> Peer:
+    """A peer that joined (welcomed) and said it is ready with ``ports`` (default: ``slots`` made-up ports)."""
+    peer = Peer(server)
+    peer.send(M.Join(job=server.settings.job, name=name, address="127.0.0.1", slots=slots, node_rank=rank,
+                     versions=dict(VERSIONS if versions is None else versions)))
+    answer = peer.receive((M.Welcome, M.Refused))
+    assert isinstance(answer, M.Welcome), answer
+    peer.send(M.Ready(ports=ports if ports is not None else [20000 + i for i in range(slots)], backup=backup))
+    return peer
+
+
+def next_of(peer: Peer, kind: type, timeout: float = 5.0) -> M.Message:
+    """The next ``kind`` message (others, e.g. a Round before a Stop, are skipped); fails when the server closed."""
+    got = peer.receive((kind,), timeout)
+    assert isinstance(got, kind), f"expected {kind.__name__}, the connection ended ({got!r})"
+    return got
+
+
+def exited(peer: Peer, round_: int, outcome: str, step: int | None = None, detail: str = "") -> None:
+    peer.send(M.Exited(round=round_, outcome=outcome, step=step, detail=detail))
+
+
+@contextlib.contextmanager
+def keeping_alive(*peers: Peer, every: float = 0.1) -> Iterator[None]:
+    """Send pings from ``peers`` in the background, as an agent's link does, so only the peers left out go silent."""
+    import threading
+
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every):
+            for peer in peers:
+                peer.channel.send(M.Ping())
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
