@@ -15,7 +15,8 @@ What it watches, without costing the training steps anything measurable:
 - Keras ``Model.fit``/``evaluate`` (tf-keras, Keras 3, whichever the script imports): one callback is added from
   outside (:mod:`.keras_hooks`) that counts steps in Python and converts the loss only when a heartbeat is due;
   ``fit`` returning marks the task's training finished. A ``BackupAndRestore`` it finds also gets TensorFlow's
-  preemption handler, so that SIGTERM saves at the current step and exits 143 (as ``tfdist.runtime`` does).
+  preemption handler, so that SIGTERM saves at the current step and exits 143 (as ``tfdist.runtime`` does), and
+  in-memory snapshots (:func:`tfdist.runtime.snapshots.callbacks_for_fit`) under ``tfdist launch``.
 - Custom training loops: the step of the Keras optimizer the script created (its ``iterations``), read by a
   background thread every heartbeat interval (:mod:`.loops`); it cannot see a loss there, nor a loop without a Keras
   optimizer.

@@ -90,7 +90,19 @@ def _fit_callbacks(model: Any, given: Any, progress_class: type, reporter: Repor
         for backup in (cb for cb in listed if type(cb).__name__ == "BackupAndRestore"
                        and type(cb).__module__.split(".")[0] == TF_KERAS):
             _save_on_sigterm(backup, reporter)
-    return [progress_class(batch_hooks=not parameter_server)]
+    # In-memory snapshots (tfdist.runtime.snapshots) after the script's own BackupAndRestore, which restores first,
+    # and before the progress callback, which then reads the step they resumed at.
+    return [*_snapshots(model, given), progress_class(batch_hooks=not parameter_server)]
+
+
+def _snapshots(model: Any, given: Any) -> list[Any]:
+    try:
+        from tfdist.runtime.snapshots import callbacks_for_fit
+
+        return callbacks_for_fit(model, given)
+    except Exception as error:  # noqa: BLE001 - training goes on with its durable backups only
+        sys.stderr.write(f"tfdist: no in-memory snapshots in this task ({type(error).__name__}: {error})\n")
+        return []
 
 
 def _save_on_sigterm(backup: Any, reporter: Reporter) -> None:
