@@ -84,6 +84,18 @@ def test_a_process_that_registered_nothing_is_never_signalled(victim):
     assert proc.poll() is None, "SIGUSR2's default action would have ended it"
 
 
+def test_a_header_naming_a_pid_is_not_enough_to_be_signalled(victim, tmp_path):
+    """Anyone can write a stacks file naming any pid; only a process that holds the file open registered it."""
+    proc, _ = victim(install=False)
+    forged = tmp_path / "forged.stacks"
+    forged.write_text(stackdump.HEADER.format(pid=proc.pid, signal=stackdump.DUMP_SIGNAL.name) + "\n")
+    assert stackdump.registered_pid(str(forged)) == proc.pid
+    threads, why = stacks.read_stacks(proc.pid, str(forged), stopped=False, dumper="faulthandler")
+    assert threads == [] and "registered no faulthandler" in why
+    time.sleep(0.2)
+    assert proc.poll() is None
+
+
 def test_faulthandler_cannot_read_a_stopped_task_and_says_so(victim):
     proc, path = victim(install=True)
     proc.send_signal(signal.SIGSTOP)

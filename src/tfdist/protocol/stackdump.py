@@ -5,7 +5,8 @@ This is the fallback of the flight recorder (:mod:`tfdist.launch.flight`): a tas
 py-spy when it is installed, which needs nothing from the task and also reads a task that is stopped (SIGSTOP) or
 stuck in native code. faulthandler runs inside the task, so a stopped task cannot answer, and a task that never
 registered must not be sent the signal at all (its default action ends the process): :func:`install` writes a
-header naming its pid first, and the launcher signals only a pid that header names.
+header naming its pid first and keeps the file open, and the launcher signals only a pid that header names and that
+holds the file open.
 
 The file sits next to the task's heartbeat file (``worker-1.heartbeat`` -> ``worker-1.stacks``), so its path comes
 from ``TFDIST_HEARTBEAT_FILE``, which the launcher already sets; the task bootstrap calls :func:`install`.

@@ -90,10 +90,26 @@ def with_py_spy(program: str, pid: int, *, stopped: bool, timeout: float) -> tup
     return [], why
 
 
+def holds_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open: proof that it registered the handler itself, which a header in a
+    file (anyone could write one naming any pid) is not."""
+    try:
+        target = os.path.realpath(path)
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    return True
+            except OSError:
+                continue
+    except OSError:
+        return False
+    return False
+
+
 def with_faulthandler(pid: int, stacks_file: str, *, timeout: float) -> tuple[list[ThreadStack], str]:
     """Stacks written by the task's own faulthandler on :data:`~tfdist.protocol.stackdump.DUMP_SIGNAL`, and "" or
     why none. Only a pid that registered is signalled (for any other the signal's default action is to end it)."""
-    if stackdump.registered_pid(stacks_file) != pid:
+    if stackdump.registered_pid(stacks_file) != pid or not holds_open(pid, stacks_file):
         return [], "the task registered no faulthandler (tfdist's bootstrap does; or install py-spy)"
     if procfs.read(pid).state in ("T", "t"):
         return [], "the task is stopped: faulthandler runs inside it (install py-spy to read a stopped task)"
