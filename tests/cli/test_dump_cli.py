@@ -90,3 +90,35 @@ def test_a_plain_task_without_heartbeats_that_waits_is_hung_and_recorded(tmp_pat
     assert f"flight recorder: {report['verdict']['headline']}" in err
     assert main(["status", str(logs)]) == 0
     assert f"hang:    {logs / 'hang-attempt-0.txt'}" in capsys.readouterr().out
+
+
+def test_the_bootstraps_faulthandler_is_the_fallback_for_a_plain_script(tmp_path, capsys):
+    """A plain script (no tfdist import) under the task bootstrap registers faulthandler: `tfdist dump` reads it
+    without py-spy, and each task writes its stacks next to its heartbeat file."""
+    script = tmp_path / "plain.py"
+    script.write_text("import time\n\n\ndef wait_for_peer():\n    time.sleep(120)\n\n\nwait_for_peer()\n")
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--log-dir", str(logs), "--hang-timeout", "0", "--",
+         str(script)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
+    try:
+        stacks = [logs / "attempt-0" / f"worker-{i}.stacks" for i in range(2)]
+        deadline = time.monotonic() + 60
+        while not all(p.exists() for p in stacks) and time.monotonic() < deadline:
+            assert launcher.poll() is None, launcher.stderr.read()
+            time.sleep(0.05)
+        document = None
+        while time.monotonic() < deadline:  # the scripts reach their sleep right after the bootstrap ran
+            assert main(["dump", "--json", "--dumper", "faulthandler", str(logs)]) == 0
+            document = json.loads(capsys.readouterr().out)
+            if all(t["where"] and t["where"]["function"] == "wait_for_peer" for t in document["tasks"]):
+                break
+            time.sleep(0.2)
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=60)
+    assert document is not None
+    for task in document["tasks"]:
+        assert task["stacks_from"] == "faulthandler", task
+        assert (Path(task["where"]["file"]).name, task["where"]["line"]) == ("plain.py", 5)
