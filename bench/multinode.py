@@ -61,9 +61,9 @@ def agent(machines: Machines, i: int, tmp: Path, nnodes: str, *extra: str, scrip
 
 
 def step_of(tmp: Path, i: int, round_: int) -> int | None:
-    record = read_heartbeat(str(tmp / f"logs{i}" / f"round-{round_}" / f"worker-{i - 1}.heartbeat"))
+    record = read_heartbeat(str(tmp / f"logs{i}" / f"attempt-{round_}" / f"worker-{i - 1}.heartbeat"))
     if record is None:
-        record = next((read_heartbeat(str(p)) for p in (tmp / f"logs{i}" / f"round-{round_}").glob("*.heartbeat")),
+        record = next((read_heartbeat(str(p)) for p in (tmp / f"logs{i}" / f"attempt-{round_}").glob("*.heartbeat")),
                       None)
     return None if record is None else record.step
 

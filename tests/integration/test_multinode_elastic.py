@@ -24,7 +24,7 @@ SCRIPT = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-ever
 
 
 def heartbeat_step(log_dir: str, round_: int, index: int) -> int | None:
-    record = read_heartbeat(os.path.join(log_dir, f"round-{round_}", f"worker-{index}.heartbeat"))
+    record = read_heartbeat(os.path.join(log_dir, f"attempt-{round_}", f"worker-{index}.heartbeat"))
     return None if record is None else record.step
 
 
