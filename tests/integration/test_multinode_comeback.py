@@ -28,7 +28,7 @@ def test_a_host_that_went_down_and_answers_ssh_again_rejoins_at_a_later_round(tm
     hosts = ",".join(Machines.address(i) for i in (1, 2, 3))
     with Machines(3, ssh=True) as machines:
         driver = Agent(machines, 1, ["--hosts", hosts, "--min-nodes", "2", "-n", "1", *FAST,
-                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"),
+                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
                                      "--", DIGITS, *SCRIPT, "--model-dir", str(tmp_path / "model")], tmp_path).start()
         wait_for_step(str(tmp_path / "logs"), 0, 0, 15, [driver])
         machines.cut(3)

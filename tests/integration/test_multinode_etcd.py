@@ -26,7 +26,7 @@ SCRIPT = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-ever
 def etcd_args(etcd: EtcdCluster, nnodes: str, model: str, logs: str, secret: str, *extra: str,
               job: str = "digits") -> list[str]:
     return ["--nnodes", nnodes, "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoints, "--rdzv-id", job,
-            "--rdzv-secret-file", secret, "-n", "1", *FAST, "--log-dir", logs, *extra, "--", DIGITS, *SCRIPT, "--model-dir", model]
+            "--rdzv-secret-file", secret, "-n", "1", *FAST, "--log-dir", logs, "--tee", *extra, "--", DIGITS, *SCRIPT, "--model-dir", model]
 
 
 def start(machines, etcd, tmp_path, which, nnodes, *extra, job="digits") -> list[Agent]:
