@@ -10,8 +10,10 @@ import pytest
 
 from tfdist.launch.console import progress, runs
 from tfdist.launch.console.liveview import (
-    Row, Summary, final_state, format_duration, render_header, render_rows, render_summary, training_rate, watch,
+    Row, Summary, _live_state, final_state, format_duration, render_header, render_rows, render_summary,
+    training_rate, watch,
 )
+from tfdist.launch.outcome import RunState
 from tfdist.protocol import HeartbeatRecord, TaskState
 from tfdist.launch.console.terminal import PinnedLines, erase_rows
 
@@ -203,7 +205,8 @@ def test_final_state(result, expected):
 
 def fake_supervisor(tmp_path, cause: str | None) -> SimpleNamespace:
     spec = SimpleNamespace(log_dir=None, job_name="j", command=SimpleNamespace(argv=lambda: ["python", "-u", "t.py"]))
-    return SimpleNamespace(spec=spec, run_id="0123456789ab", log_dir=str(tmp_path),
+    return SimpleNamespace(spec=spec, run_id="0123456789ab", log_dir=str(tmp_path), state=RunState.RUNNING,
+                           before_log_cleanup=None,
                            result=SimpleNamespace(cause=None if cause is None else Cause(cause), restarts=2))
 
 
@@ -238,3 +241,34 @@ def test_watch_draws_nothing_when_not_a_terminal(tmp_path):
         pass
     assert quiet.getvalue() == ""
     assert runs.find_run(None, environ).state == "succeeded"
+
+
+# -- the header shows the supervisor's state (it said "running" whatever happened: Supervisor had no `state`) --------
+def test_a_supervisor_that_has_not_started_is_starting_in_the_header(tmp_path):
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.launch.spec import LaunchSpec
+
+    supervisor = Supervisor(LaunchSpec(command=("true",), log_dir=str(tmp_path)), contain=False)
+    assert _live_state(supervisor) == "starting"
+
+
+def test_the_header_follows_the_supervisor_through_a_failure_and_a_restart(tmp_path, monkeypatch):
+    from tests.conftest import REPO_ROOT
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.launch.spec import LaunchSpec
+
+    fake = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
+    spec = LaunchSpec(command=(sys.executable, fake, str(tmp_path / "out"), "--fail", "worker:0:3",
+                               "--first-attempt-only"), workers=1, max_restarts=1, log_dir=str(tmp_path / "logs"),
+                      warm_spares=False)
+    supervisor = Supervisor(spec, contain=False)
+    seen: list[tuple[str, str]] = []
+    events, wait = supervisor._event, supervisor._wait
+    monkeypatch.setattr(supervisor, "_event", lambda name, **f: (seen.append((name, _live_state(supervisor))),
+                                                                   events(name, **f)))
+    monkeypatch.setattr(supervisor, "_wait", lambda delay: (seen.append(("wait", _live_state(supervisor))),
+                                                             wait(delay))[1])
+    assert supervisor.run().succeeded
+    assert ("attempt-started", "running") in seen and ("verdict", "stopping") in seen
+    assert ("wait", "restarting") in seen
+    assert [s for e, s in seen if e == "attempt-started"] == ["running", "running"]  # both attempts

@@ -25,6 +25,15 @@ class Cause(str, Enum):
     NEW_ROUND = "new-round"  # a per-machine agent was told to restart with a new cluster (elastic)
 
 
+class RunState(str, Enum):
+    """Where a launch is now (the live view's header); once it is over, its :class:`Cause` says how it ended."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"  # the attempt ended or a stop was asked for: the tasks are being stopped
+    RESTARTING = "restarting"  # between attempts (the back-off)
+
+
 def describe_exit(code: int | None) -> str:
     """``exit code 1`` or ``killed by SIGKILL`` (Popen reports death by signal as a negative code)."""
     if code is None:

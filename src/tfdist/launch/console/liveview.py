@@ -14,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
 from tfdist.launch.console import progress, runs
 from tfdist.launch.console.terminal import PinnedLines
@@ -271,18 +271,47 @@ def final_state(result: Any) -> str | None:
     return value if value in FINAL_STATES else "failed"
 
 
-def _live_state(supervisor: Any) -> str:
-    state = getattr(supervisor, "state", None)
-    return str(getattr(state, "value", state)) if state is not None else "running"
+class WatchedCommand(Protocol):
+    def argv(self) -> list[str]: ...
+
+
+class WatchedSpec(Protocol):
+    @property
+    def log_dir(self) -> str | None: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def command(self) -> WatchedCommand: ...
+
+
+class Watched(Protocol):
+    """What :func:`watch` reads of the single-machine :class:`~tfdist.launch.local.supervisor.Supervisor` or a
+    machine's :class:`~tfdist.launch.elastic.agent.Agent` (it never drives them). ``state`` is a
+    :class:`~tfdist.launch.outcome.RunState` (or its value); ``result`` is read once the run is over."""
+
+    run_id: str
+    log_dir: str
+    before_log_cleanup: Callable[[], Any] | None
+
+    @property
+    def spec(self) -> WatchedSpec: ...
+    @property
+    def state(self) -> Any: ...
+    @property
+    def result(self) -> Any: ...
+
+
+def _live_state(supervisor: Watched) -> str:
+    state = supervisor.state
+    return str(getattr(state, "value", state))
 
 
 @contextmanager
-def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, str] | None = None,
+def watch(supervisor: Watched, *, live: bool | None = None, environ: Mapping[str, str] | None = None,
           stream: TextIO | None = None) -> Iterator[LiveView]:
     """Record the run, show the live view (``live``: None = when ``stream`` is a terminal), print the summary.
 
-    ``supervisor`` is read, never driven: ``run_id``, ``log_dir``, ``spec`` (``log_dir``, ``job_name``, ``command``
-    with ``argv()``), ``state`` (an enum with ``.value``) and ``result`` (``restarts``).
+    ``supervisor`` is read, never driven (see :class:`Watched`).
     """
     environ = os.environ if environ is None else environ
     stream = stream or sys.stderr
@@ -305,7 +334,7 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
         raise
     finally:
         if escaped is None:
-            view.final_state = final_state(getattr(supervisor, "result", None)) or "failed"
+            view.final_state = final_state(supervisor.result) or "failed"
         else:
             view.final_state = "interrupted" if isinstance(escaped, KeyboardInterrupt) else "failed"
         error = escaped is not None and not isinstance(escaped, KeyboardInterrupt)
@@ -314,7 +343,7 @@ def watch(supervisor: Any, *, live: bool | None = None, environ: Mapping[str, st
         steps_per_s, examples_per_s = training_rate(view.first_beat, beat)
         summary = Summary(run_id=supervisor.run_id, state=view.final_state,
                           duration_s=time.time() - record.started_at,
-                          restarts=int(getattr(getattr(supervisor, "result", None), "restarts", view.attempt or 0)),
+                          restarts=int(getattr(supervisor.result, "restarts", view.attempt or 0)),
                           steps=beat.step if beat else None, loss=beat.loss if beat else None,
                           examples=beat.examples if beat else None, steps_per_s=steps_per_s,
                           examples_per_s=examples_per_s)

@@ -31,7 +31,7 @@ from tfdist.launch.flight import recorder as flight
 from tfdist.launch.flight.recorder import others_running
 from tfdist.launch.local import rules
 from tfdist.launch.local.group import TaskGroup
-from tfdist.launch.outcome import Attempt, Cause, LaunchResult, repeated_failure
+from tfdist.launch.outcome import Attempt, Cause, LaunchResult, RunState, repeated_failure
 from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.process.spawn import Console
 from tfdist.protocol import TaskPlan, read_modules
@@ -71,6 +71,7 @@ class Supervisor:
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
         self.console = console or Console(enabled=spec.tee or spec.log_dir is None)
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
+        self.state = RunState.STARTING  # read by the live view; how the run ended is ``result``
         self.before_log_cleanup: Callable[[], Any] | None = None  # the live view's last look (liveview.watch)
         self.metrics = metrics
         self.contain = contain
@@ -129,6 +130,7 @@ class Supervisor:
                 if decision.counted and self.metrics is not None:
                     self.metrics.restart()
                 self._say(decision.message)
+                self.state = RunState.RESTARTING
                 if self._wait(decision.delay):
                     self._announce()
                     self._say("stopped during the restart back-off: no task was running")
@@ -153,6 +155,7 @@ class Supervisor:
         group.start(should_stop=lambda: self.stops.requested)
         if self._watcher is not None:
             self._watcher.watch(group.pids)  # each task leads its own process group
+        self.state = RunState.RUNNING
         self._event("attempt-started", attempt=attempt, tasks=len(group.procs), warm=group.warm)
         if group.procs:
             if self.metrics is not None:
@@ -180,6 +183,7 @@ class Supervisor:
             self._announce()
             snapshot = self._seen = group.poll(stale_after=t.hang)
             if self.stops.requested:
+                self.state = RunState.STOPPING
                 self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
                 grace = t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace
                 group.stop(grace, kill_now=lambda: self.stops.kill_now)
@@ -207,6 +211,7 @@ class Supervisor:
 
     def _end(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> Attempt:
         t = self.spec.timeouts
+        self.state = RunState.STOPPING
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         interrupted = lambda: self.stops.requested  # noqa: E731
