@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.launch.flight.classify import activity, blocked_in, is_collective, main_thread
+from tfdist.launch.flight.classify import activity, blocked_in, is_collective, is_library, main_thread
 from tfdist.launch.flight.evidence import Doing, TaskEvidence
 from tfdist.launch.flight.rules import decide
 from tfdist.protocol.stackdump import Frame, ThreadStack
@@ -165,6 +165,14 @@ def test_main_thread_without_names_is_the_one_running_the_module():
     other = ThreadStack("0x1", frames(("run", f"{STDLIB}/threading.py", 1)))
     main = ThreadStack("current 0x2", frames(("main", JOB, 3), ("<module>", JOB, 9)))
     assert main_thread((other, main)) is main
+
+
+@pytest.mark.parametrize("file,expected", [
+    (f"{SITE}/tensorflow/python/eager/execute.py", True), (f"{STDLIB}/queue.py", True), ("<frozen runpy>", True),
+    ("/src/tfdist/runtime/bootstrap/loops.py", True), ("/src/tfdist/protocol/records.py", True), (JOB, False),
+])
+def test_library_frames(file, expected):
+    assert is_library(Frame("f", file, 1)) is expected
 
 
 @pytest.mark.parametrize("function,file,expected", [

@@ -17,7 +17,9 @@ import re
 from tfdist.launch.flight.evidence import Activity, Doing
 from tfdist.protocol.stackdump import Frame, ThreadStack
 
-_LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python\d\.\d+/|^<")
+# Libraries: installed packages, the standard library, frozen modules, and tfdist's own task side (its callbacks and
+# the bootstrap's step thread run inside the task, wherever tfdist is installed from).
+_LIBRARY_PATH = re.compile(r"/(site|dist)-packages/|/lib/python\d\.\d+/|^<|/tfdist/(runtime|protocol)/")
 _TENSORFLOW_PATH = re.compile(r"/(tensorflow|tf_keras|keras|tensorflow_estimator)/")
 _INPUT_PATH = re.compile(r"/tensorflow/python/(data/ops/from_generator_op|ops/script_ops)\.py\Z")
 _COLLECTIVE = re.compile(r"collective|all_?reduce|all_?gather|RingReducer|RingGatherer|HierarchicalTreeBroadcaster|"
