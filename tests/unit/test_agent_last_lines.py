@@ -70,3 +70,25 @@ def test_a_failed_job_still_stops_the_workers_at_once(tmp_path, capfd):
     assert agent._finish({"type": "finish", "status": 3, "report": "tfdist: job j did not succeed"}) == 3
     assert proc.poll() not in (None, 0)  # stopped by a signal: nothing it does matters once the job failed
     assert "last line" not in capfd.readouterr().out
+
+
+def test_a_temporary_run_folder_goes_unless_a_failed_round_left_logs_in_it(tmp_path):
+    from tfdist.launch.elastic.machine_run import AgentResult, clean_up_folder
+    from tfdist.launch.outcome import Cause
+
+    said: list[str] = []
+    for cause, ran, kept in [(Cause.SUCCEEDED, True, False), (Cause.PREEMPTED, True, False),
+                             (Cause.TASK_FAILED, True, True), (Cause.TASK_FAILED, False, False)]:
+        folder = tmp_path / f"{cause.value}-{ran}"
+        folder.mkdir()
+        (folder / "run.json").write_text("{}")
+        if ran:
+            (folder / "attempt-0").mkdir()
+        clean_up_folder(str(folder), temporary=True, result=AgentResult(cause, 0), last_look=None, say=said.append)
+        assert folder.exists() == kept, (cause, ran)
+    assert said == [f"logs kept in {tmp_path / 'task-failed-True'}"]
+    given = tmp_path / "given"
+    given.mkdir()
+    clean_up_folder(str(given), temporary=False, result=AgentResult(Cause.SUCCEEDED, 0), last_look=None,
+                    say=said.append)
+    assert given.exists()  # --log-dir is the user's: never removed

@@ -3,6 +3,7 @@ job ended in the launcher's words (for the run record that ``tfdist status`` rea
 ``--launcher-metrics-port``, and the temporary run folder, removed when the job did not fail."""
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 from dataclasses import dataclass
@@ -51,10 +52,12 @@ def set_task_states(metrics: Any, plans: Iterable[Any], state: str) -> None:
 def clean_up_folder(log_dir: str, *, temporary: bool, result: AgentResult | None,
                     last_look: Callable[[], Any] | None, say: Callable[[str], None]) -> None:
     """Remove a temporary run folder as the single-machine launcher does: kept after a failure (its logs are the
-    evidence), removed otherwise, after the live view's last look (``last_look``)."""
+    evidence), removed otherwise, after the live view's last look (``last_look``); a folder where no round ran (the
+    agent was refused, or never joined) holds no evidence and goes too."""
     if not temporary:
         return
-    if result is None or result.cause is Cause.TASK_FAILED:
+    failed = result is None or result.cause is Cause.TASK_FAILED
+    if failed and _ran_here(log_dir):
         say(f"logs kept in {log_dir}")
         return
     if last_look is not None:
@@ -63,3 +66,11 @@ def clean_up_folder(log_dir: str, *, temporary: bool, result: AgentResult | None
         except Exception:  # noqa: BLE001 - the view's last look must not keep the folder
             pass
     shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _ran_here(log_dir: str) -> bool:
+    """Whether any round's workers ran here (an ``attempt-<round>`` folder exists)."""
+    try:
+        return any(name.startswith("attempt-") for name in os.listdir(log_dir))
+    except OSError:
+        return False
