@@ -155,10 +155,11 @@ class NodeGroup:
     def finish(self, seconds: float) -> str:
         """The job succeeded: the workers here trained and may still be printing their last lines, saving or exiting
         (the leader, on this machine or another, finished first). Let them end on their own for up to ``seconds``,
-        then stop the rest gracefully. Stopping them after a short grace instead (as a failed round is stopped) cut
-        off their last lines whenever the leader's success outran them."""
+        then stop the rest (still tearing TensorFlow down by then: nothing left to print or save). Stopping them
+        at once instead (as a failed round is stopped) cut off their last lines whenever the leader's success
+        outran them."""
         self.group.wait_for(("worker",), seconds, poll=self.spec.timeouts.poll)
-        return self.stop(graceful=True)
+        return self.stop(graceful=False)
 
     def stop(self, *, graceful: bool) -> str:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
