@@ -187,7 +187,9 @@ def fault_to_resumed(machines: Machines, etcd: EtcdCluster | None) -> float:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         slow = ["--epochs", "3", *SCRIPT[2:], "--step-delay", "0.05"]
-        procs = [agent(machines, i, tmp, "2:3", "--rdzv-timeout", "30", script=slow, etcd=etcd) for i in (1, 2, 3)]
+        # A long last call: round 0 has all 3 machines even on a loaded host (no scale-up round before the fault).
+        procs = [agent(machines, i, tmp, "2:3", "--rdzv-timeout", "30", "--rdzv-last-call", "20", script=slow,
+                       etcd=etcd) for i in (1, 2, 3)]
         wait(lambda: (step_of(tmp, 1, 0) or 0) >= 40)
         fault = time.monotonic()
         os.kill(procs[2].pid, signal.SIGKILL)
