@@ -419,3 +419,9 @@ def test_an_agent_that_leaves_is_reported_lost():
         link.close()
         wait_until(lambda: server.policy.nodes == {}, what="the loss")
         assert any("lost node" in line for line in said)
+
+
+def test_the_wire_carries_exactly_the_outcomes_the_launcher_knows():
+    from tfdist.launch.outcome import Outcome
+
+    assert M.OUTCOMES == tuple(outcome.value for outcome in Outcome)

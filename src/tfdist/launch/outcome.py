@@ -25,6 +25,16 @@ class Cause(str, Enum):
     NEW_ROUND = "new-round"  # a per-machine agent was told to restart with a new cluster (elastic)
 
 
+class Outcome(str, Enum):
+    """How one machine's share of a round ended, as its agent reports it to the rendezvous (the wire carries the
+    value: ``messages.OUTCOMES``)."""
+
+    SUCCEEDED = "succeeded"  # the workers here exited 0
+    FAILED = "failed"  # a worker here failed or hung: the round stops at once
+    PREEMPTED = "preempted"  # the workers here saved and exited (143) or had finished: a graceful stop
+    STOPPED = "stopped"  # stopped before they could all save
+
+
 class RunState(str, Enum):
     """Where a launch is now (the live view's header); once it is over, its :class:`Cause` says how it ended."""
 

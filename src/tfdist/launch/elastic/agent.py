@@ -32,6 +32,7 @@ from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_cl
 from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.elastic.backup_copy import BackupStore
 from tfdist.launch.options import DEFAULTS
+from tfdist.launch.outcome import Outcome
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
 from tfdist.status import ExitStatus
@@ -271,7 +272,7 @@ class Agent:
                 self._deferred = other
                 return
             if not restored:
-                self._report_exit("failed", None, "the latest backup could not be copied here")
+                self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
                 return
         self.group = NodeGroup(
@@ -315,13 +316,13 @@ class Agent:
         outcome_name, detail = outcome
         # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
         # agent can exit; a success lets the other workers here end on their own first.
-        if outcome_name == "succeeded":
+        if outcome_name is Outcome.SUCCEEDED:
             group.finish(self.spec.grace_period)
         else:
-            group.stop(graceful=outcome_name == "preempted")
+            group.stop(graceful=outcome_name is Outcome.PREEMPTED)
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
-        if outcome_name != "succeeded":
+        if outcome_name is not Outcome.SUCCEEDED:
             self._ready(self.address)
 
     def _fill_spares(self, group: NodeGroup) -> None:
@@ -338,10 +339,10 @@ class Agent:
         if self.spares is not None:
             self.spares.discard_all()
 
-    def _report_exit(self, outcome: str, step: int | None, detail: str) -> None:
-        self._task_states(outcome)
+    def _report_exit(self, outcome: Outcome, step: int | None, detail: str) -> None:
+        self._task_states(outcome.value)
         step = step if step is None or step >= 0 else None
-        self.link.send("exited", round=self.round, outcome=outcome, step=step, detail=detail[:4096])
+        self.link.send("exited", round=self.round, outcome=outcome.value, step=step, detail=detail[:4096])
 
     def _finish(self, message: dict[str, Any]) -> int:
         status = int(message["status"])

@@ -32,7 +32,7 @@ from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
 )
 from tfdist.launch.local.restart import RestartPolicy
-from tfdist.launch.outcome import Cause
+from tfdist.launch.outcome import Cause, Outcome
 from tfdist.status import ExitStatus
 from tfdist.validate import printable
 
@@ -114,13 +114,13 @@ class MembershipPolicy:
         node.outcome, node.step = outcome, step
         detail = printable(detail, 400)  # a member's words, shown in reports: never escape codes or extra lines
         if self.phase is Phase.RUNNING:
-            if outcome == "succeeded" and self._rank(node) == 0:
+            if outcome == Outcome.SUCCEEDED and self._rank(node) == 0:
                 self.phase = Phase.FINISHING
                 self._finish_deadline = now + self.s.after_success
-            elif outcome == "failed":
+            elif outcome == Outcome.FAILED:
                 self._round_failure = (node.label, detail)
                 self._begin_stop(now, graceful=False, reason=f"tasks failed on {node.label}: {detail}")
-            elif outcome in ("preempted", "stopped"):
+            elif outcome in (Outcome.PREEMPTED, Outcome.STOPPED):
                 self._begin_stop(now, graceful=True, reason=f"{node.label} was stopped ({detail})")
 
     def on_lost(self, node_id: int, reason: str, now: float) -> None:

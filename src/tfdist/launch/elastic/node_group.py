@@ -19,7 +19,7 @@ from tfdist import constants as C
 from tfdist.cluster import TaskId
 from tfdist.launch.flight import recorder as flight
 from tfdist.launch.local import rules
-from tfdist.launch.outcome import Cause
+from tfdist.launch.outcome import Cause, Outcome
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.process.spawn import Console
 from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
@@ -127,7 +127,7 @@ class NodeGroup:
     def step(self) -> int | None:
         return self.group.poll().step
 
-    def outcome(self) -> tuple[str, str] | None:
+    def outcome(self) -> tuple[Outcome, str] | None:
         """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules."""
         t = self.spec.timeouts
         verdict = rules.decide(self.group.poll(stale_after=t.hang), self.spec)
@@ -135,10 +135,10 @@ class NodeGroup:
             return None
         if verdict.action is rules.GroupAction.SUCCEED:
             self.group.wait_for(("worker",), t.after_success, poll=t.poll)  # the others finish their last step
-            return "succeeded", "the workers here exited 0"
+            return Outcome.SUCCEEDED, "the workers here exited 0"
         if verdict.action is rules.GroupAction.PREEMPTED:
             self.group.wait_for(("worker",), t.grace, poll=t.poll)  # the others are saving too
-            return "preempted", f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
+            return Outcome.PREEMPTED, f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
         failure = self.group.failure(verdict.culprit)
         detail = failure.headline if failure is not None else str(verdict.culprit)
         detail += f" ({verdict.detail})" if verdict.detail else ""
@@ -150,9 +150,9 @@ class NodeGroup:
                                          reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,
                                          watchdog_task=verdict.culprit)
             detail += f"; flight recorder: {result.verdict.headline}" + (f" (report: {path})" if path else "")
-        return "failed", detail
+        return Outcome.FAILED, detail
 
-    def finish(self, seconds: float) -> str:
+    def finish(self, seconds: float) -> Outcome:
         """The job succeeded: the workers here trained and may still be printing their last lines, saving or exiting
         (the leader, on this machine or another, finished first). Let them end on their own for up to ``seconds``,
         then stop the rest (still tearing TensorFlow down by then: nothing left to print or save). Stopping them
@@ -161,7 +161,7 @@ class NodeGroup:
         self.group.wait_for(("worker",), seconds, poll=self.spec.timeouts.poll)
         return self.stop(graceful=False)
 
-    def stop(self, *, graceful: bool) -> str:
+    def stop(self, *, graceful: bool) -> Outcome:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
 
         ``graceful``: SIGTERM and the full grace period, for the coordinated save. Otherwise a peer is gone or
@@ -180,4 +180,4 @@ class NodeGroup:
         for pump in (pump for proc in self.group.procs for pump in proc.pumps):
             pump.join(timeout=max(0.0, deadline - time.monotonic()))
         codes = [p.poll() for p in self.group.procs]
-        return "preempted" if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else "stopped"
+        return Outcome.PREEMPTED if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else Outcome.STOPPED
