@@ -23,7 +23,7 @@ from typing import Any
 from tfdist.launch.elastic import machine_run
 from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.launch.elastic.node_group import NodeGroup, TaskOptions
-from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
+from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.protocol import Command
@@ -102,7 +102,7 @@ class Agent:
         self.before_log_cleanup: Any = None  # the live view's last look before a temporary folder goes
         self.metrics: Any = None  # LauncherMetrics with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
-        self.snapshot_dir: str | None = None  # this machine's shared-memory snapshots, kept across rounds
+        self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
@@ -168,7 +168,7 @@ class Agent:
             except ValueError:
                 pass
         try:
-            self.snapshot_dir = create_snapshot_folder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
+            self.snapshots = WatchedSnapshotFolder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
             self._start_metrics()
             status = self._run()
             self.result = machine_run.AgentResult(machine_run.cause_of(status), max(0, self.round))
@@ -177,7 +177,8 @@ class Agent:
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
-            remove_snapshot_folder(self.snapshot_dir)
+            if self.snapshots is not None:
+                self.snapshots.remove()
             self._discard_spares()
             if self.server is not None:
                 self.server.wait(timeout=2.0)
@@ -281,7 +282,8 @@ class Agent:
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
-            gpus_per_task=self.spec.gpus_per_task, spares=self.spares, snapshot_dir=self.snapshot_dir,
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares,
+            snapshot_dir=self.snapshots.path if self.snapshots else None,
             options=self.spec.tasks)
         self.group.start()
         self.state = "running"

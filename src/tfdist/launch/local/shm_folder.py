@@ -30,3 +30,26 @@ def remove_snapshot_folder(path: str | None) -> None:
     """Remove a folder :func:`create_snapshot_folder` made (nothing else: the name is checked)."""
     if path and os.path.basename(path.rstrip("/")).startswith(PREFIX):
         shutil.rmtree(path, ignore_errors=True)
+
+
+class WatchedSnapshotFolder:
+    """A snapshot folder for a process with no orphan watcher of its own (the multi-machine agent): a watcher
+    process removes the folder if this process dies without removing it (SIGKILL)."""
+
+    def __init__(self, run_id: str) -> None:
+        from tfdist.launch.process.reaper import Watcher
+
+        self.path = create_snapshot_folder(run_id)
+        self._watcher: Watcher | None = None
+        if self.path is not None:
+            try:
+                # A run id no process carries: the watcher kills nothing, it only removes the folder.
+                self._watcher = Watcher(f"snapshots-{os.path.basename(self.path)}", remove=self.path)
+            except OSError:
+                self._watcher = None
+
+    def remove(self) -> None:
+        remove_snapshot_folder(self.path)
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
