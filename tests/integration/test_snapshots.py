@@ -2,6 +2,7 @@
 whole snapshot, holding exactly the state the killed run had at that step (never a torn or mixed-step state)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -102,3 +103,45 @@ def test_launch_worker_sigkill_resumes_from_the_snapshot_and_removes_the_folder(
     checksums = task_values(job.out, "weights_checksum")
     assert checksums["worker:0"] == checksums["worker:1"], "replicas diverged after the restore"
     assert not folder.exists(), "the launcher left its shared-memory folder behind"
+
+
+def start_workers(tmp_path: Path, shm: Path, count: int, *extra: str) -> list[subprocess.Popen[str]]:
+    """``count`` workers of one MultiWorkerMirroredStrategy job, as an elastic job's next round would start them."""
+    from tfdist.launch.local.ports import free_ports
+
+    workers = [f"127.0.0.1:{p}" for p in free_ports(count)]
+    procs = []
+    for index in range(count):
+        tf_config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+        env = {**os.environ, **QUIET, "TF_CONFIG": tf_config, "TFDIST_SNAPSHOT_DIR": str(shm),
+               "TFDIST_SNAPSHOT_EVERY": "1"}
+        procs.append(subprocess.Popen([sys.executable, TASK, "--model-dir", str(tmp_path / "model"), *extra], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=600)
+        finally:
+            proc.kill()
+        results.append((proc.returncode, out, err))
+    return results
+
+
+def test_a_job_that_grew_from_two_to_three_workers_resumes_from_the_snapshot(tmp_path, shm_dir):
+    first = finish(start_workers(tmp_path, shm_dir, 2, "--kill-at", "13"))
+    assert [code for code, _, _ in first] == [-9, -9], first[0][2][-3000:]  # both reach step 13 and die there
+    before = step_hashes(first[0][1])
+    assert before == step_hashes(first[1][1]) and max(before) == 12
+
+    second = finish(start_workers(tmp_path, shm_dir, 3))
+    assert [code for code, _, _ in second] == [0, 0, 0], second[0][2][-3000:]
+    restored = {re.search(r"^restored step=(\d+) state=(\w+)", out, flags=re.M).groups() for _, out, _ in second}
+    assert len(restored) == 1, "the three replicas restored different states"
+    step, state = restored.pop()
+    assert 0 < int(step) <= 12 and state == before[int(step)]
+    assert all(f"tfdist: resume: from snapshot at step {step}" in err for _, _, err in second)
+    assert all(re.search(r"^train_steps=40\b", out, flags=re.M) for _, out, _ in second)
