@@ -162,3 +162,16 @@ def test_sigkill_during_a_write_leaves_the_previous_snapshot_whole(shm_dir):
         assert store.claim_writer() and not list(shm_dir.glob(".partial-*"))
         store.release_writer()
     assert landed_mid_write, "the kill never landed during a write in 5 tries"
+
+
+def test_a_removed_folder_turns_snapshots_off_without_failing(tmp_path, capsys):
+    from tfdist.runtime.snapshots.session import SnapshotSession
+    from tfdist.runtime.snapshots.settings import SnapshotSettings
+
+    class Variables:  # the session's view of the state, without TensorFlow
+        nbytes, variables, specs = 100, [], SPECS
+
+    session = SnapshotSession(Variables(), None, SnapshotSettings(True, str(tmp_path / "gone")))
+    assert session.start_writing() is False
+    assert "tfdist: snapshots off:" in capsys.readouterr().err
+    assert session.writer is None

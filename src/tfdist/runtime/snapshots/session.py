@@ -54,10 +54,15 @@ class SnapshotSession:
     def start_writing(self) -> bool:
         """Become this machine's writer (if no other live task is) after :meth:`resume`."""
         store = self.store
-        if not store.claim_writer():
+        try:
+            if not store.claim_writer():
+                return False
+            store.prune(keep=KEEP, above=self.step)  # newer than the resumed step: an abandoned run's
+            size, free = self.variables.nbytes, store.free_bytes()
+        except OSError as exc:  # the folder is gone (its launcher ended or cleaned up): train without snapshots
+            say(f"tfdist: snapshots off: {store.directory}: {exc.strerror or exc}")
+            store.release_writer()
             return False
-        store.prune(keep=KEEP, above=self.step)  # snapshots newer than the resumed step belong to an abandoned run
-        size, free = self.variables.nbytes, store.free_bytes()
         if not fits(size, free):
             say(refusal(size, free, str(store.directory)))
             store.release_writer()
