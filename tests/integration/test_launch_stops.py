@@ -253,5 +253,5 @@ def test_an_abort_for_lack_of_threads_is_reported_as_transient_and_retried(tmp_p
     assert "the failure looked transient; restarting the group (1/1)" in result.stderr
     assert re.search(r"attempt #0 failed in a way that looked transient \(worker:1 \(pid \d+\) killed by SIGABRT\); "
                      r"retried", result.stderr)
-    failed = launch("-n", "2", FAKE, str(out), "--abort-like-no-threads", "worker:1")
+    failed = launch("-n", "2", "--max-restarts", "0", FAKE, str(out), "--abort-like-no-threads", "worker:1")
     assert failed.returncode == 3 and "(looked transient)" in failed.stderr

@@ -96,14 +96,17 @@ def test_evaluator_failure_does_not_stop_training(tmp_path):
 
 def test_parameter_server_exit_fails_the_attempt(tmp_path):
     out = tmp_path / "out"
-    result = launch("-n", "1", "--ps", "1", "--chief", FAKE, str(out), "--fail", "ps:0:0", "--sleep", "5")
+    # --max-restarts 0: one attempt is the case here (the default budget is 3 since the repeated-failure guard).
+    result = launch("-n", "1", "--ps", "1", "--chief", "--max-restarts", "0", FAKE, str(out), "--fail", "ps:0:0",
+                    "--sleep", "5")
     assert result.returncode == 3
     assert "root cause (attempt #0): ps:0" in result.stderr
 
 
 def test_hang_is_detected_and_reported(tmp_path):
     out = tmp_path / "out"
-    result = launch("-n", "2", "--hang-timeout", "1", FAKE, str(out), "--hang", "worker:1", "--sleep", "30")
+    result = launch("-n", "2", "--hang-timeout", "1", "--max-restarts", "0", FAKE, str(out), "--hang", "worker:1",
+                    "--sleep", "30")
     assert result.returncode == 3
     assert "worker:1" in result.stderr and "made no progress" in result.stderr
     assert "#0: hung worker:1" in result.stderr

@@ -43,8 +43,9 @@ def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list
 
 def start(machines, tmp_path, which, nnodes: str, *extra: str) -> list[Agent]:
     model = str(tmp_path / "model")
+    # --tee: the tests read the tasks' lines (resumed_from_step=...) from the agents' output next to --log-dir.
     return [Agent(machines, i, rendezvous_args(machines, nnodes, 1, model, "--log-dir", str(tmp_path / f"logs{i}"),
-                                               "--node-rank", str(i - 1), *extra, script=SCRIPT),
+                                               "--tee", "--node-rank", str(i - 1), *extra, script=SCRIPT),
                   tmp_path).start() for i in which]
 
 
@@ -112,8 +113,8 @@ def test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup(tm
     with Machines(3) as machines:
         agents = []
         for i in (1, 2, 3):
-            args = rendezvous_args(machines, "2:3", 1, model, "--log-dir", str(tmp_path / f"logs{i}"), "--node-rank",
-                                   str(i - 1), "--checkpoint-dir", model, script=SCRIPT)
+            args = rendezvous_args(machines, "2:3", 1, model, "--log-dir", str(tmp_path / f"logs{i}"), "--tee",
+                                   "--node-rank", str(i - 1), "--checkpoint-dir", model, script=SCRIPT)
             agents.append(Agent(machines, i, args, tmp_path, private_dirs={model: str(tmp_path / f"own{i}")}).start())
         wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
         os.kill(agents[1].proc.pid, signal.SIGKILL)
