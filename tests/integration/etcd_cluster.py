@@ -24,7 +24,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.integration.netns import Machines
+from tests.integration.netns import CleanedUpFixture, Machines
 
 ETCD = "/usr/bin/etcd"
 ETCDCTL = "/usr/bin/etcdctl"
@@ -59,7 +59,7 @@ def _wait_healthy(endpoints: list[str], command: list[str] | None = None, timeou
 
 
 @dataclass
-class EtcdCluster:
+class EtcdCluster(CleanedUpFixture):
     """etcd members on ``machines`` (1-based machine numbers). Use as a context manager."""
 
     machines: Machines
@@ -79,16 +79,8 @@ class EtcdCluster:
         """The ``--rdzv-endpoint`` value: every member."""
         return ",".join(self.endpoint(i) for i in self.members)
 
-    def __enter__(self) -> "EtcdCluster":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def make(self) -> None:
+        self.start()
 
     def start(self) -> None:
         peers = ",".join(f"{self.name(i)}=http://{self.machines.address(i)}:{PEER_PORT}" for i in self.members)
@@ -174,7 +166,7 @@ def make_certificates(folder: Path) -> dict[str, str]:
     return paths
 
 
-class LocalEtcd:
+class LocalEtcd(CleanedUpFixture):
     """One etcd member on loopback at free ports, for fast tests of the backend (no namespaces, no root).
     ``tls``: clients must use TLS (a CA made for the test; :attr:`certs` holds the PEM paths)."""
 
@@ -190,16 +182,8 @@ class LocalEtcd:
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
-    def __enter__(self) -> "LocalEtcd":
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def make(self) -> None:
+        self.start()
 
     @property
     def url(self) -> str:

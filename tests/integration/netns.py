@@ -51,8 +51,30 @@ def _run(*args: str) -> None:
     subprocess.run(list(args), check=True, capture_output=True, text=True)
 
 
+class CleanedUpFixture:
+    """A test resource used with ``with``: ``make()`` on enter and ``close()`` on exit, and ``close()`` also when
+    ``make()`` failed half-way, so a fixture that breaks while starting still deletes what it made."""
+
+    def make(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.make()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass
-class Machines:
+class Machines(CleanedUpFixture):
     """A set of emulated machines. Use as a context manager, or call :meth:`close` in a ``finally``."""
 
     count: int
@@ -80,16 +102,8 @@ class Machines:
         return [self.switch] + [self.ns(i) for i in range(1, self.count + 1)]
 
     # -- life cycle ----------------------------------------------------------------------------------------------
-    def __enter__(self) -> "Machines":
-        try:
-            self.create()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def make(self) -> None:
+        self.create()
 
     def create(self) -> None:
         _run("ip", "netns", "add", self.switch)

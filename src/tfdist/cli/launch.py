@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from typing import TYPE_CHECKING
 
@@ -199,6 +198,7 @@ def _with_tf_log_level(flag: str) -> dict[str, str]:
 
 
 def _dry_run(spec: LaunchSpec, legacy_keras: bool) -> int:
+    from tfdist.cli.launch_plan import print_task_plan
     from tfdist.cluster import TfConfig
     from tfdist.launch.local.ports import free_ports, ports_from_base
     from tfdist.launch.local.layout import role_meanings
@@ -214,10 +214,6 @@ def _dry_run(spec: LaunchSpec, legacy_keras: bool) -> int:
         print(f"  {line}")
     for plan in plans:
         print(f"[{plan.name}] {plan.address}")
-        print(f"  TF_CONFIG={json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True)}")
-        for key, value in plan.environment().items():
-            if key != "TF_CONFIG":
-                print(f"  {key}={value}")
-        print(f"  command: {shlex.join(plan.command.argv())}")
+        print_task_plan(plan, json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True))
     print(f"dry run: {len(plans)} task(s) planned, none started")
     return ExitStatus.SUCCESS

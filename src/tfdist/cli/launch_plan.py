@@ -56,11 +56,7 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
         index = f"worker {plan.task_index}" if rank is not None else f"worker {plan.task_index - first} + the " \
                                                                      "workers of the machines ranked before it"
         print(f"[{plan.name}]")
-        print(f"  TF_CONFIG=<the whole cluster, sent by the rendezvous when a round starts; this task: {index}>")
-        for key, value in plan.environment().items():
-            if key != "TF_CONFIG":
-                print(f"  {key}={value}")
-        print(f"  command: {shlex.join(plan.command.argv())}")
+        print_task_plan(plan, f"<the whole cluster, sent by the rendezvous when a round starts; this task: {index}>")
     print(f"dry run: {len(group.plans)} task(s) planned on this machine, none started, no connection made")
     return ExitStatus.SUCCESS
 
@@ -88,3 +84,13 @@ def _restarts(budget: int, window: float, backoff: float) -> str:
     within = f" within {window:g}s" if window > 0 else ""
     wait = f", {backoff:g}s before the first (doubling, at most 30s)" if backoff > 0 else ""
     return f"restarts after a failure: up to {budget}{within}{wait}"
+
+
+def print_task_plan(plan: Any, tf_config: str) -> None:
+    """One task's dry-run lines below its heading: TF_CONFIG as given, the rest of its environment, its command.
+    Shared by the single-machine and the multi-machine dry runs, so both show a task the same way."""
+    print(f"  TF_CONFIG={tf_config}")
+    for key, value in plan.environment().items():
+        if key != "TF_CONFIG":
+            print(f"  {key}={value}")
+    print(f"  command: {shlex.join(plan.command.argv())}")
