@@ -283,31 +283,31 @@ def check_nvcc_packages(ctx: Context) -> list[Finding]:
     if not (xla.probed and major):
         return []
     findings = []
+    prefix = "nvidia-cuda-nvcc-cu"
     for dist, version in sorted(ctx.facts.tensorflow.nvidia_wheels.items()):
-        if dist.startswith("nvidia-cuda-nvcc-cu") and dist[len("nvidia-cuda-nvcc-cu"):] != major:
-            findings.append(
-                Finding(
-                    "xla-nvcc-wheel-mismatch",
-                    WARNING if ctx.gpu_wanted else INFO,
-                    f"{dist} {version} is for CUDA {dist[len('nvidia-cuda-nvcc-cu'):]}, TensorFlow {ctx.tf_version} needs CUDA {major}",
-                    (f"pip: {dist} {version}", f"TensorFlow {ctx.tf_version} built with CUDA {ctx.cuda}"),
-                    fix=f"pip uninstall -y {dist} && pip install '{fixes.pip_nvcc_requirement(ctx)}'",
-                )
-            )
+        if dist.startswith(prefix) and dist[len(prefix):] != major:
+            findings.append(_nvcc_mismatch(ctx, major, f"{dist} {version}", dist[len(prefix):],
+                                           f"pip: {dist} {version}",
+                                           f"pip uninstall -y {dist} && pip install '{fixes.pip_nvcc_requirement(ctx)}'"))
     for package in ctx.facts.conda.packages:
         parts = vtuple(package.version)
         own = str(parts[0]) if parts else ""
         if package.name in ("cuda-nvcc", "cuda-nvcc-tools") and own and own != major:
-            findings.append(
-                Finding(
-                    "xla-nvcc-wheel-mismatch",
-                    WARNING if ctx.gpu_wanted else INFO,
-                    f"conda {package.name} {package.version} is for CUDA {own}, TensorFlow {ctx.tf_version} needs CUDA {major}",
-                    (f"conda: {package.name} {package.version} ({package.channel})", f"TensorFlow {ctx.tf_version} built with CUDA {ctx.cuda}"),
-                    fix=fixes.package_fix(ctx),
-                )
-            )
+            findings.append(_nvcc_mismatch(ctx, major, f"conda {package.name} {package.version}", own,
+                                           f"conda: {package.name} {package.version} ({package.channel})",
+                                           fixes.package_fix(ctx)))
     return findings
+
+
+def _nvcc_mismatch(ctx: Context, major: str, what: str, own: str, evidence: str, fix: str) -> Finding:
+    """One finding for an nvcc package (pip wheel or conda) built for CUDA ``own`` where TensorFlow needs ``major``."""
+    return Finding(
+        "xla-nvcc-wheel-mismatch",
+        WARNING if ctx.gpu_wanted else INFO,
+        f"{what} is for CUDA {own}, TensorFlow {ctx.tf_version} needs CUDA {major}",
+        (evidence, f"TensorFlow {ctx.tf_version} built with CUDA {ctx.cuda}"),
+        fix=fix,
+    )
 
 
 def check_xla(ctx: Context) -> list[Finding]:
