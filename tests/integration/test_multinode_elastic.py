@@ -41,6 +41,15 @@ def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list
                          + all_output(agents)[-4000:])
 
 
+def _command_line(pid: int) -> str:
+    """``pid``'s command line, or "exited" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "exited"
+
+
 def start(machines, tmp_path, which, nnodes: str, *extra: str) -> list[Agent]:
     model = str(tmp_path / "model")
     # --tee: the tests read the tasks' lines (resumed_from_step=...) from the agents' output next to --log-dir.
@@ -69,10 +78,12 @@ def test_a_lost_machine_the_job_finishes_on_the_others_from_a_checkpoint(tmp_pat
         steps = task_values(text, "train_steps")
         assert set(steps.values()) == {str(TOTAL_STEPS)} and len(steps) == 2
         if fault == "link-cut":
-            # The machine cut off noticed too, stopped its task, and tries to join again (or gave up, after
-            # --rdzv-timeout): only its agent may be left there.
+            # The machine cut off noticed too, stopped its task and spares, and tries to join again (or gave up,
+            # after --rdzv-timeout): only its agent and the agent's orphan watcher (which removes the shared-memory
+            # snapshot folder should the agent be SIGKILLed) may be left there.
             assert "lost the rendezvous (no keep-alive for 2s)" in agents[2].err
-            assert set(machines.pids(3)) <= {agents[2].proc.pid}
+            left = {pid: _command_line(pid) for pid in machines.pids(3) if pid != agents[2].proc.pid}
+            assert all("orphan_watcher.py" in line or line == "exited" for line in left.values()), left
             agents[2].proc.kill()
             agents[2].wait()
     assert machines.existing() == []
