@@ -318,10 +318,7 @@ class Agent:
         outcome_name, detail = outcome
         # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
         # agent can exit; a success lets the other workers here end on their own first.
-        if outcome_name is Outcome.SUCCEEDED:
-            group.finish(self.spec.grace_period)
-        else:
-            group.stop(graceful=outcome_name is Outcome.PREEMPTED)
+        group.end()
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
         if outcome_name is not Outcome.SUCCEEDED:

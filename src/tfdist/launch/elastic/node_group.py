@@ -4,22 +4,23 @@ The round's cluster comes from the rendezvous; the tasks are planned by ``tasken
 ``cluster`` is that layout and whose ``local_tasks`` are this machine's, run by :class:`~tfdist.launch.local.group.TaskGroup`
 (start, poll into a snapshot, stop) and judged by the same pure rules, :func:`tfdist.launch.local.rules.decide` (the
 leader rule, an agent without the leader succeeding when its own workers exit 0, preemption, hangs, port races).
-What is left here is the translation into the three outcomes an agent reports. Output lines are prefixed with the
+What is left here is the translation into the outcomes an agent reports; the round is ended by the single-machine
+launcher's own path (:mod:`tfdist.launch.local.ending`). Output lines are prefixed with the
 machine's node rank: ``[node1 worker:3] ...``.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from dataclasses import dataclass
 from typing import Mapping
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
-from tfdist.launch.flight import recorder as flight
 from tfdist.launch.local import rules
-from tfdist.launch.outcome import Cause, Outcome
+from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, end_group, ending_for, record_flight, stopped_outcome,
+                                        stopping)
+from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.process.spawn import Console
 from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
@@ -28,10 +29,6 @@ from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, vis
 from tfdist.launch.local.layout import ClusterLayout
 from tfdist.launch.console.tflog import LEVEL_VARIABLE
 from tfdist.launch.process.spare_pool import SparePool
-
-
-# How long a stopped group's output may take to be read to its end before the agent goes on without it.
-OUTPUT_DRAIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,7 @@ class NodeGroup:
         self.spare_env = {**environ, **shared_env(self.spec, legacy_keras, environ)}  # what a warm spare imports with
         self.reported_training = False
         self.spares_filled = False
+        self._ending: Ending | None = None  # how the round ends, once outcome() found it ended
 
     def start(self) -> None:
         self.group.start()
@@ -128,29 +126,35 @@ class NodeGroup:
         return self.group.poll().step
 
     def outcome(self) -> tuple[Outcome, str] | None:
-        """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules."""
+        """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules. The
+        round's end is then carried out by :meth:`end` (the waits, the stop, the output read to its end)."""
         t = self.spec.timeouts
-        verdict = rules.decide(self.group.poll(stale_after=t.hang), self.spec)
+        snapshot = self.group.poll(stale_after=t.hang)
+        verdict = rules.decide(snapshot, self.spec)
         if verdict.action is rules.GroupAction.CONTINUE:
             return None
+        self._ending = ending_for(verdict, t, across_machines=True)
         if verdict.action is rules.GroupAction.SUCCEED:
-            self.group.wait_for(("worker",), t.after_success, poll=t.poll)  # the others finish their last step
             return Outcome.SUCCEEDED, "the workers here exited 0"
         if verdict.action is rules.GroupAction.PREEMPTED:
-            self.group.wait_for(("worker",), t.grace, poll=t.poll)  # the others are saving too
             return Outcome.PREEMPTED, f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
         failure = self.group.failure(verdict.culprit)
         detail = failure.headline if failure is not None else str(verdict.culprit)
         detail += f" ({verdict.detail})" if verdict.detail else ""
-        if verdict.cause is Cause.HUNG or (verdict.cause is Cause.TASK_FAILED and flight.others_running(self.group)):
-            # The flight recorder reads this machine's tasks before anything is stopped; its verdict travels to the
-            # rendezvous server in the outcome's detail, the full report stays in this machine's log folder.
-            result, path = flight.record(flight.targets_of(self.group), run_id=self.plans[0].run_id if self.plans
-                                         else "", attempt=self.group.attempt, folder=self.group.attempt_dir,
-                                         reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,
-                                         watchdog_task=verdict.culprit)
+        # The flight recorder reads this machine's tasks before anything is stopped; its verdict travels to the
+        # rendezvous server in the outcome's detail, the full report stays in this machine's log folder.
+        recorded = record_flight(self.group, verdict, run_id=self.plans[0].run_id if self.plans else "",
+                                 folder=self.group.attempt_dir)
+        if recorded is not None:
+            result, path = recorded
             detail += f"; flight recorder: {result.verdict.headline}" + (f" (report: {path})" if path else "")
         return Outcome.FAILED, detail
+
+    def end(self) -> None:
+        """End the round the way :meth:`outcome` found it ended (the shared path, :mod:`tfdist.launch.local.ending`):
+        after a success the workers here get ``after_success`` plus the grace period to end on their own, a
+        preempted group the grace period to finish saving; then the rest are stopped and their output read."""
+        self._end(self._ending or self._stopping(graceful=False))
 
     def finish(self, seconds: float) -> Outcome:
         """The job succeeded: the workers here trained and may still be printing their last lines, saving or exiting
@@ -158,8 +162,8 @@ class NodeGroup:
         then stop the rest (still tearing TensorFlow down by then: nothing left to print or save). Stopping them
         at once instead (as a failed round is stopped) cut off their last lines whenever the leader's success
         outran them."""
-        self.group.wait_for(("worker",), seconds, poll=self.spec.timeouts.poll)
-        return self.stop(graceful=False)
+        stop = self._stopping(graceful=False)
+        return self._end(dataclasses.replace(stop, wait_roles=("worker",), wait_seconds=seconds))
 
     def stop(self, *, graceful: bool) -> Outcome:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
@@ -167,17 +171,11 @@ class NodeGroup:
         ``graceful``: SIGTERM and the full grace period, for the coordinated save. Otherwise a peer is gone or
         failed and no collective can finish, so a short grace, then SIGKILL.
         """
-        t = self.spec.timeouts
-        snapshot = self.group.poll()
-        if rules.nothing_to_save(snapshot, self.spec):
-            grace = t.untrained_grace
-        else:
-            grace = t.grace if graceful else min(t.failure_grace, t.grace)
-        self.group.stop(grace)
-        # Every worker has exited: its output is relayed once its pipes are drained. stop() waits 2 s per pump; a
-        # loaded machine may need longer, and what is left unread when the agent exits is lost.
-        deadline = time.monotonic() + OUTPUT_DRAIN_S
-        for pump in (pump for proc in self.group.procs for pump in proc.pumps):
-            pump.join(timeout=max(0.0, deadline - time.monotonic()))
-        codes = [p.poll() for p in self.group.procs]
-        return Outcome.PREEMPTED if codes and all(c in (PREEMPTED_EXIT_CODE, 0) for c in codes) else Outcome.STOPPED
+        return self._end(self._stopping(graceful=graceful))
+
+    def _stopping(self, *, graceful: bool) -> Ending:
+        return stopping(self.spec.timeouts, graceful=graceful, drain=OUTPUT_DRAIN_S)
+
+    def _end(self, ending: Ending) -> Outcome:
+        return stopped_outcome(end_group(self.group, ending, poll=self.spec.timeouts.poll,
+                                         nothing_to_save=lambda: rules.nothing_to_save(self.group.poll(), self.spec)))

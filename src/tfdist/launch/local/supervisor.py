@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -27,10 +26,10 @@ from typing import Any, Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
-from tfdist.launch.flight import recorder as flight
-from tfdist.launch.flight.recorder import others_running
 from tfdist.launch.local import rules
+from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
+from tfdist.launch.local.snapshot import GroupSnapshot
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, RunState, repeated_failure
 from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.process.spawn import Console
@@ -185,15 +184,13 @@ class Supervisor:
             if self.stops.requested:
                 self.state = RunState.STOPPING
                 self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
-                grace = t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace
-                group.stop(grace, kill_now=lambda: self.stops.kill_now)
+                self._stop(group, snapshot)
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
             if self._next_round is not None:
                 self._say("a new round: the group saves, stops and restarts with the new cluster")
-                group.stop(t.untrained_grace if rules.nothing_to_save(snapshot, self.spec) else t.grace,
-                           kill_now=lambda: self.stops.kill_now)
+                self._stop(group, snapshot)
                 return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
             verdict = rules.decide(snapshot, self.spec)
             for notice in verdict.notices:
@@ -209,38 +206,35 @@ class Supervisor:
                 continue
             return self._end(group, attempt, verdict)
 
+    def _stop(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
+        """A stop request or a new round: the tasks save (the full grace), unless nothing is there to save yet."""
+        end_group(group, stopping(self.spec.timeouts, graceful=True), poll=self.spec.timeouts.poll,
+                  kill_now=lambda: self.stops.kill_now,
+                  nothing_to_save=lambda: rules.nothing_to_save(snapshot, self.spec))
+
     def _end(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> Attempt:
+        """The rules ended the attempt: the flight recorder first, then the shared ending (local/ending.py)."""
         t = self.spec.timeouts
         self.state = RunState.STOPPING
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
-        interrupted = lambda: self.stops.requested  # noqa: E731
         failure = group.failure(verdict.culprit)
-        report, verdict_lines = "", ()
-        if verdict.cause is Cause.HUNG or (verdict.cause is Cause.TASK_FAILED and others_running(group)):
-            report, verdict_lines = self._record_flight(group, attempt, verdict)  # before anything is stopped
+        report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
         if verdict.action is rules.GroupAction.SUCCEED:
-            # Workers of a ParameterServerStrategy job serve until stopped, like the parameter servers. An evaluator
-            # may be scoring the final model: it gets the same moment to finish.
-            roles = ("evaluator",) if self.spec.ps else ("chief", "worker", "evaluator")
-            group.wait_for(roles, t.after_success, poll=t.poll, interrupted=interrupted)
-            group.stop(min(t.after_success_grace, t.grace), kill_now=lambda: self.stops.kill_now)
             failure = None
         elif verdict.action is rules.GroupAction.PREEMPTED:
             self._say(f"{verdict.culprit} was preempted and saved its state: waiting for the group to save")
-            group.wait_for(("chief", "worker"), t.grace, poll=t.poll, interrupted=lambda: self.stops.kill_now)
-            group.stop(t.grace, kill_now=lambda: self.stops.kill_now)
         elif verdict.cause is Cause.HUNG:
             self._say(f"{failure.task if failure else verdict.culprit} made no progress for {t.hang:g}s "
                       f"({verdict.detail.split(',')[0]}): stopping the group")
-            group.stop(t.grace, first_signal=signal.SIGKILL)
         else:
             headline = failure.headline if failure else verdict.culprit
             if verdict.detail and verdict.cause is not Cause.START_FAILED:
                 headline += f" ({verdict.detail})"
             self._say(f"{headline}: stopping the group" if verdict.cause is not Cause.START_FAILED else
                       f"start-failed: {headline}")
-            group.stop(min(t.failure_grace, t.grace), kill_now=lambda: self.stops.kill_now)
+        end_group(group, ending_for(verdict, t, ps=self.spec.ps), poll=t.poll,
+                  stop_requested=lambda: self.stops.requested, kill_now=lambda: self.stops.kill_now)
         snapshot = group.poll()
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
@@ -248,16 +242,17 @@ class Supervisor:
                        hang_report=report, hang_verdict=verdict_lines,
                        after_training=verdict.after_training)
 
-    def _record_flight(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
+    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
         """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
-        result, path = flight.record(flight.targets_of(group), run_id=self.run_id, attempt=attempt,
-                                     reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,
-                                     folder=self.log_dir, watchdog_task=verdict.culprit)
+        recorded = record_flight(group, verdict, run_id=self.run_id, folder=self.log_dir)
+        if recorded is None:
+            return "", ()
+        result, path = recorded
         for line in result.verdict.lines:
             self._say(f"flight recorder: {line}")
         if path:
             self._say(f"flight recorder: stacks, steps and output of every task in {path}")
-            self._event("hang-report", attempt=attempt, path=path, culprit=result.verdict.culprit)
+            self._event("hang-report", attempt=group.attempt, path=path, culprit=result.verdict.culprit)
         return path or "", tuple(result.verdict.lines)
 
     # -- pieces --------------------------------------------------------------------------------------------------
