@@ -41,10 +41,10 @@ def test_one_machine(verdict, ps, expected):
 
 ACROSS_MACHINES = [
     # after a success: after_success for the last step plus the grace to print and exit, then a short stop
-    (SUCCEED, Ending(grace=0.1, wait_roles=("worker",), wait_seconds=40.0, drain=OUTPUT_DRAIN_S,
-                     grace_if_untrained=UNTRAINED)),
-    (PREEMPTED, Ending(grace=30.0, wait_roles=("worker",), wait_seconds=30.0, drain=OUTPUT_DRAIN_S,
-                       grace_if_untrained=UNTRAINED)),
+    (SUCCEED, Ending(grace=0.1, wait_roles=("worker",), wait_seconds=40.0, wait_cut=WaitCut.KILL_NOW,
+                     drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (PREEMPTED, Ending(grace=30.0, wait_roles=("worker",), wait_seconds=30.0, wait_cut=WaitCut.KILL_NOW,
+                       drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
     # a hung machine is stopped like a failed one: SIGTERM and a short grace (its peers elsewhere decide the rest)
     (HUNG, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
     (FAILED, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),

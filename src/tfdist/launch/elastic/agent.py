@@ -11,7 +11,6 @@ are stopped and the agent tries to join again until ``rdzv_timeout``.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from tfdist.launch.elastic.node_group import NodeGroup, TaskOptions
 from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
+from tfdist.launch.local.stops import StopRequests
 from tfdist.protocol import Command
 from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
@@ -90,7 +90,7 @@ class Agent:
         self.round = -1
         self.node_rank = -1
         self.link: RendezvousBackend | None = None  # type: ignore[assignment]
-        self._signal: int | None = None
+        self.stops = StopRequests()  # signals become flags (local/stops.py), checked wherever the agent waits
         self.address = ""
         self._deferred: dict[str, Any] | None = None
         self.spares: SparePool | None = None
@@ -152,21 +152,19 @@ class Agent:
         self.link.send("ready", ports=ports, backup=backup)
 
     # -- signals -------------------------------------------------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        if self._signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self._signal = signum
-        if self.server is not None:
+    def _signalled(self) -> int | None:
+        """The signal that asked this agent to stop, if any; a second Ctrl-C abandons the run here."""
+        self.stops.abandon_on_second_ctrl_c()
+        return self.stops.signal
+
+    def _forward_stop(self, signum: int) -> None:
+        if self.server is not None:  # the rendezvous served here stops every machine, saving first
             self.server.interrupt(signum)
 
     # -- the run -------------------------------------------------------------------------------------------------
     def run(self) -> int:
-        previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            try:
-                previous[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:
-                pass
+        self.stops.install()
+        self.stops.forward(self._forward_stop)
         try:
             self.snapshots = WatchedSnapshotFolder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
             self._start_metrics()
@@ -185,8 +183,7 @@ class Agent:
                 self.server.close()
             if self.metrics is not None:
                 self.metrics.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+            self.stops.restore()
             self._clean_up_folder()
 
     def _start_metrics(self) -> None:
@@ -214,7 +211,7 @@ class Agent:
         while True:
             self.link = self._open_link(rdzv_ip)
             try:
-                self.link.connect(join, deadline, give_up=lambda: self._signal is not None)
+                self.link.connect(join, deadline, give_up=lambda: self._signalled() is not None)
             except Refused as refused:
                 self.say(f"refused by the rendezvous: {refused.reason}")
                 return refused.status
@@ -232,8 +229,8 @@ class Agent:
                     self.group = None
                 self._discard_spares()  # cut off: nothing runs here until this machine is taken in again
                 self.link.close()
-                if self._signal is not None:
-                    return 128 + self._signal
+                if self._signalled() is not None:
+                    return 128 + self.stops.signal
                 self.say(f"lost the rendezvous ({lost}); trying to join again for up to {self.spec.rdzv_timeout:g}s")
                 deadline = time.monotonic() + self.spec.rdzv_timeout
                 self.node_rank = -1
@@ -252,13 +249,12 @@ class Agent:
                     return self._finish(message)
                 elif kind == "send" and self.backups is not None:
                     self.link.upload(message, self.backups)
-            if self._signal is not None and not stopped_by_signal and self.server is None:
+            if self._signalled() is not None and not stopped_by_signal and self.server is None:
                 stopped_by_signal = True
                 self._leave_on_signal()
-                return 128 + self._signal
+                return 128 + self.stops.signal
             if self.spec.watch_stdin and stdin_closed():
                 self.say("the launcher's connection closed: stopping")
-                self._signal = signal.SIGTERM
                 self._leave_on_signal()
                 return int(ExitStatus.PREEMPTED)
             self._watch_group()
@@ -276,7 +272,7 @@ class Agent:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
                 return
-        self.group = NodeGroup(
+        self.group = NodeGroup(kill_now=lambda: self.stops.kill_now,
             command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
@@ -368,4 +364,5 @@ class Agent:
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None
         self.link.close()
+        self.stops.abandon_on_second_ctrl_c()  # it cut the save short: leave as interrupted
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
 from tfdist.launch.local import rules
-from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, end_group, ending_for, record_flight, stopped_outcome,
-                                        stopping)
+from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_group, ending_for, record_flight,
+                                        stopped_outcome, stopping)
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.process.spawn import Console
@@ -72,7 +72,8 @@ class NodeGroup:
                  node_rank: int, round_: int, job: str, log_dir: str, env: Mapping[str, str], legacy_keras: bool,
                  max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
                  spares: SparePool | None = None, base_env: Mapping[str, str] | None = None,
-                 snapshot_dir: str | None = None, options: TaskOptions = TaskOptions()) -> None:
+                 snapshot_dir: str | None = None, options: TaskOptions = TaskOptions(),
+                 kill_now: Callable[[], bool] = lambda: False) -> None:
         layout = ClusterLayout(worker=workers)
         local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
         # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
@@ -101,6 +102,7 @@ class NodeGroup:
         self.reported_training = False
         self.spares_filled = False
         self._ending: Ending | None = None  # how the round ends, once outcome() found it ended
+        self.kill_now = kill_now  # the agent was told to kill now (a second signal): waits and graces are cut short
 
     def start(self) -> None:
         self.group.start()
@@ -163,7 +165,8 @@ class NodeGroup:
         at once instead (as a failed round is stopped) cut off their last lines whenever the leader's success
         outran them."""
         stop = self._stopping(graceful=False)
-        return self._end(dataclasses.replace(stop, wait_roles=("worker",), wait_seconds=seconds))
+        return self._end(dataclasses.replace(stop, wait_roles=("worker",), wait_seconds=seconds,
+                                             wait_cut=WaitCut.KILL_NOW))
 
     def stop(self, *, graceful: bool) -> Outcome:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.
@@ -177,5 +180,5 @@ class NodeGroup:
         return stopping(self.spec.timeouts, graceful=graceful, drain=OUTPUT_DRAIN_S)
 
     def _end(self, ending: Ending) -> Outcome:
-        return stopped_outcome(end_group(self.group, ending, poll=self.spec.timeouts.poll,
+        return stopped_outcome(end_group(self.group, ending, poll=self.spec.timeouts.poll, kill_now=self.kill_now,
                                          nothing_to_save=lambda: rules.nothing_to_save(self.group.poll(), self.spec)))

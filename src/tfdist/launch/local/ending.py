@@ -10,7 +10,7 @@ tests/unit/test_attempt_ending.py) choose the steps; :func:`end_group` carries t
 The two launchers differ where their situations differ, and the tables say so in one place: on one machine a
 stop request cuts a success's wait short and a hung group is SIGKILLed at once (nothing can save); across machines
 the workers of a successful round get the grace period as well (the leader may be on another machine and have
-finished first), nothing here cuts a wait short (the agent obeys the rendezvous between rounds), and a round's
+finished first), only "kill now" cuts a wait short (the agent obeys the rendezvous between rounds), and a round's
 output is read to its end before the agent reports (what is unread when the agent exits is lost).
 """
 from __future__ import annotations
@@ -87,10 +87,10 @@ def ending_for(verdict: Verdict, timeouts: Timeouts, *, ps: bool = False, across
         drain = OUTPUT_DRAIN_S
         if verdict.action is GroupAction.SUCCEED:  # the others finish their last step, then print and exit
             return replace(stopping(timeouts, graceful=False, drain=drain), wait_roles=("worker",),
-                           wait_seconds=timeouts.after_success + timeouts.grace)
+                           wait_seconds=timeouts.after_success + timeouts.grace, wait_cut=WaitCut.KILL_NOW)
         if verdict.action is GroupAction.PREEMPTED:  # the others are saving too
             return replace(stopping(timeouts, graceful=True, drain=drain), wait_roles=("worker",),
-                           wait_seconds=timeouts.grace)
+                           wait_seconds=timeouts.grace, wait_cut=WaitCut.KILL_NOW)
         return stopping(timeouts, graceful=False, drain=drain)
     if verdict.action is GroupAction.SUCCEED:
         # An evaluator may be scoring the final model: it gets the same moment to finish.

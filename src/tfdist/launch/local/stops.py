@@ -5,6 +5,10 @@ supervisor checks the flags wherever it waits.
 The first SIGTERM/SIGHUP asks for a graceful stop (tasks with a save handler save, then the launcher exits 143); the
 first SIGINT the same (exit 130). A second signal of any kind means "kill now": the grace period is cut short and
 every task SIGKILLed. The announcement says which tasks save (those whose heartbeat says they have a save handler).
+
+The same requests serve a multi-machine agent and the host-file driver: :meth:`StopRequests.forward` hands the first
+signal to the rendezvous server they host (from a thread, never from the handler), and a second Ctrl-C abandons
+them at their next check (:meth:`StopRequests.abandon_on_second_ctrl_c`).
 """
 from __future__ import annotations
 
@@ -40,8 +44,10 @@ class StopRequests:
         self.cause: Cause | None = None
         self.signal: int | None = None
         self.kill_now = False
+        self.second_signal: int | None = None  # the signal that asked to kill now
         self._lock = threading.Lock()
         self._previous: dict[int, object] = {}
+        self._forwarding = threading.Event()  # set: stop forwarding (restore)
         self._unannounced: list[str] = []
         # Who saves on the way out, in words (the supervisor knows, from the tasks' heartbeats).
         self.saving: Callable[[], str] = lambda: "tasks with a save handler save first"
@@ -59,9 +65,25 @@ class StopRequests:
                 pass
 
     def restore(self) -> None:
+        self._forwarding.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         self._previous.clear()
+
+    def forward(self, to: Callable[[int], None], *, every: float = 0.05) -> None:
+        """Call ``to(signal)`` once, from a thread, when a signal asks for a stop (a rendezvous server hosted here
+        is told at once, whatever the main thread is waiting on). Ends with :meth:`restore`."""
+        def loop() -> None:
+            while not self._forwarding.wait(every):
+                if self.signal is not None:
+                    to(self.signal)
+                    return
+        threading.Thread(target=loop, name="stop-forward", daemon=True).start()
+
+    def abandon_on_second_ctrl_c(self) -> None:
+        """Raise KeyboardInterrupt when a second SIGINT asked to kill now (the agent's and the driver's way out)."""
+        if self.second_signal == signal.SIGINT:
+            raise KeyboardInterrupt
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.cause is None:
@@ -70,6 +92,7 @@ class StopRequests:
             self._unannounced.append(_FIRST)  # worded when announced: never build strings inside a handler
         elif not self.kill_now:
             self.kill_now = True
+            self.second_signal = signum
             self._unannounced.append(f"got {signal.Signals(signum).name} again: killing every task now")
 
     def request(self, cause: Cause, message: str) -> None:

@@ -18,13 +18,14 @@ import threading
 import time
 import socket
 from dataclasses import dataclass, field
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 from tfdist.errors import UsageError
 from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.cluster.hostfile import HostEntry
 from tfdist.launch.elastic.netaddr import resolve, route_address
 from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.launch.local.stops import StopRequests
 from tfdist.launch.ssh.comeback import CooldownRange
 from tfdist.launch.ssh.fleet import Fleet
 from tfdist.status import ExitStatus
@@ -215,7 +216,7 @@ def run(spec: DriverSpec) -> int:
     print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
           flush=True)
     relays: list[threading.Thread] = []
-    stop: list[int] = []
+    stops = StopRequests()  # signals become flags (local/stops.py); the first is handed to the rendezvous server
 
     def launch(entry: HostEntry, rank: int) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(agent_ssh_command(spec, rank, server.endpoint, entry), stdin=subprocess.PIPE,
@@ -231,22 +232,18 @@ def run(spec: DriverSpec) -> int:
                   cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
                   say=lambda m: print(f"tfdist: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True))
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.append(signum)
-        server.interrupt(signum)
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    stops.install()
+    stops.forward(server.interrupt)  # every machine saves and stops, then the job ends
     try:
         fleet.start_all()
         while not server.finished.wait(0.1):
+            stops.abandon_on_second_ctrl_c()
             fleet.tick(time.monotonic())
             if all(p.poll() is not None for p in fleet.processes) and not server.policy.nodes and not fleet.probes:
                 server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
         result = server.result
         status = result.status if result is not None else int(ExitStatus.TASK_FAILED)
-        _wait_agents(fleet.processes, spec.settings.node_timeout + 5)
+        _wait_agents(fleet.processes, spec.settings.node_timeout + 5, abandon=stops.abandon_on_second_ctrl_c)
         for relay in relays:
             relay.join(timeout=2)
         if result is not None:
@@ -257,8 +254,7 @@ def run(spec: DriverSpec) -> int:
         fleet.close()
         _wait_agents(fleet.processes, 0)
         server.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+        stops.restore()
 
 
 def _hand_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
@@ -273,10 +269,13 @@ def _hand_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
         pass  # the agent is already gone: the job goes on without it, as with any lost machine
 
 
-def _wait_agents(agents: list[subprocess.Popen[bytes]], seconds: float) -> None:
-    """Give the agents ``seconds`` to exit; then close their stdin (they stop their tasks) and end the ssh clients."""
+def _wait_agents(agents: list[subprocess.Popen[bytes]], seconds: float,
+                 abandon: Callable[[], None] = lambda: None) -> None:
+    """Give the agents ``seconds`` to exit; then close their stdin (they stop their tasks) and end the ssh clients.
+    ``abandon()`` may raise to stop waiting (a second Ctrl-C)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(p.poll() is None for p in agents):
+        abandon()
         time.sleep(0.05)
     for proc in agents:
         if proc.poll() is None:
