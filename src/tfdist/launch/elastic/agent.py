@@ -17,11 +17,11 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from tfdist.launch.elastic import machine_run
 from tfdist.launch.elastic.membership import RendezvousSettings
-from tfdist.launch.elastic.node_group import NodeGroup, TaskOptions
+from tfdist.launch.elastic.node_group import NodeGroup, RoundGroup, TaskOptions
 from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
@@ -86,7 +86,8 @@ class Agent:
     def __init__(self, spec: AgentSpec) -> None:
         self.spec = spec
         self.server: RendezvousServer | None = None
-        self.group: NodeGroup | None = None
+        self.group: RoundGroup | None = None
+        self.make_group: Callable[..., RoundGroup] = NodeGroup  # a round's group (tests pass a stand-in)
         self.round = -1
         self.node_rank = -1
         self.link: RendezvousBackend | None = None  # type: ignore[assignment]
@@ -272,7 +273,7 @@ class Agent:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
                 return
-        self.group = NodeGroup(kill_now=lambda: self.stops.kill_now,
+        self.group = self.make_group(kill_now=lambda: self.stops.kill_now,
             command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
@@ -320,7 +321,7 @@ class Agent:
         if outcome_name is not Outcome.SUCCEEDED:
             self._ready(self.address)
 
-    def _fill_spares(self, group: NodeGroup) -> None:
+    def _fill_spares(self, group: RoundGroup) -> None:
         """Once the round has run steps (their imports no longer compete with its start, restore and first traced
         step), keep one warm spare per local worker, preloading what the workers imported, so the next round skips
         importing TensorFlow (as the single-machine supervisor does)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol, Sequence
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
@@ -23,7 +23,7 @@ from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_gro
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.process.spawn import Console
-from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, read_modules
+from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, TaskPlan, read_modules
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
@@ -63,6 +63,27 @@ class NodeConsole(Console):
 
     def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
         super().write(f"[{self.node} {prefix.strip('[]')}]", line, to_stderr=to_stderr)
+
+
+class RoundGroup(Protocol):
+    """What an agent needs of its machine's share of a round: :class:`NodeGroup`, or a test's stand-in
+    (tests/unit/test_agent_in_process.py)."""
+
+    plans: Sequence[TaskPlan]
+    spare_env: Mapping[str, str]
+    reported_training: bool
+    spares_filled: bool
+
+    def start(self) -> None: ...
+    def describe(self) -> str: ...
+    def training(self) -> bool: ...
+    def progressed(self) -> bool: ...
+    def preload(self) -> list[str]: ...
+    def step(self) -> int | None: ...
+    def outcome(self) -> tuple[Outcome, str] | None: ...
+    def end(self) -> None: ...
+    def finish(self, seconds: float) -> Outcome: ...
+    def stop(self, *, graceful: bool) -> Outcome: ...
 
 
 class NodeGroup:

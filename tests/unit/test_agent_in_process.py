@@ -1,0 +1,291 @@
+"""The per-machine agent in process, with a stand-in for its machine's share of a round (no TensorFlow, no task
+processes): the real agent, its real client and a real rendezvous server on loopback (tests/unit/rdzv_peer.py).
+Joining, a round's start, training, success, failure, a lost machine, growth, stops by signal (the agent's
+StopRequests, delivered by calling the handler as the kernel would), version refusal and a lost rendezvous."""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.unit.rdzv_peer import SECRET, VERSIONS, live_server, member, next_of, wait_until
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.agent import Agent, AgentSpec
+from tfdist.launch.local.ports import free_ports
+from tfdist.launch.outcome import Outcome
+from tfdist.protocol import Command
+from tfdist.status import ExitStatus
+
+
+class FakeGroup:
+    """A round's group that does what the test says: ``training``, then ``ended`` with an outcome."""
+
+    def __init__(self, **given: object) -> None:
+        self.given = given
+        self.plans: list = []
+        self.spare_env: dict[str, str] = {}
+        self.reported_training = False
+        self.spares_filled = False
+        self.is_training = False
+        self.ended: tuple[Outcome, str] | None = None
+        self.calls: list[str] = []
+        self.stopped_as = Outcome.PREEMPTED
+        self.saves_until_killed = False  # stop() waits, as a saving group would, until the agent says kill now
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def describe(self) -> str:
+        return f"worker:{self.given['first_index']} (fake)"
+
+    def training(self) -> bool:
+        return self.is_training
+
+    def progressed(self) -> bool:
+        return self.is_training
+
+    def preload(self) -> list[str]:
+        return []
+
+    def step(self) -> int | None:
+        return 7 if self.is_training else None
+
+    def outcome(self) -> tuple[Outcome, str] | None:
+        return self.ended
+
+    def end(self) -> None:
+        self.calls.append("end")
+
+    def finish(self, seconds: float) -> Outcome:
+        self.calls.append("finish")
+        return Outcome.SUCCEEDED
+
+    def stop(self, *, graceful: bool) -> Outcome:
+        self.calls.append(f"stop graceful={graceful}")
+        kill_now = self.given["kill_now"]
+        if self.saves_until_killed:
+            wait_until(kill_now, 20, what="kill now")  # type: ignore[arg-type]
+            self.calls.append("cut short")
+        return self.stopped_as
+
+
+class Machine:
+    """One agent running in a thread, its round groups recorded as they are made."""
+
+    def __init__(self, tmp_path: Path, port: int, *, name: str = "agent", serve: bool = False, slots: int = 1,
+                 versions: dict[str, str] | None = None, **spec: object) -> None:
+        values = dict(job="job", endpoint_host="127.0.0.1", endpoint_port=port, min_nodes=1, max_nodes=2,
+                      slots=slots, command=Command("train.py", interpreter=sys.executable), node_name=name,
+                      node_timeout=10.0, rdzv_timeout=10.0, first_round_wait=0.0, grace_period=5.0, serve=serve,
+                      secret=SECRET, versions=dict(VERSIONS if versions is None else versions),
+                      log_dir=str(tmp_path / name))
+        values.update(spec)
+        self.agent = Agent(AgentSpec(**values))  # type: ignore[arg-type]
+        self.groups: list[FakeGroup] = []
+        self.agent.make_group = self._make
+        self.status: list[int] = []
+        self.escaped: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.status.append(self.agent.run())
+        except BaseException as error:  # noqa: BLE001 - a test looks at it
+            self.escaped = error
+
+    def _make(self, **given: object) -> FakeGroup:
+        group = FakeGroup(**given)
+        self.groups.append(group)
+        return group
+
+    def start(self) -> "Machine":
+        self.thread.start()
+        return self
+
+    def round_group(self, count: int = 1, timeout: float = 10.0) -> FakeGroup:
+        wait_until(lambda: len(self.groups) >= count, timeout, what=f"round group {count}")
+        return self.groups[count - 1]
+
+    def wait(self, timeout: float = 20.0) -> int:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the agent did not return"
+        assert self.escaped is None, self.escaped
+        return self.status[0]
+
+    def signal(self, signum: int) -> None:
+        self.agent.stops._on_signal(signum, None)
+
+
+@contextlib.contextmanager
+def machines(*running: Machine) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for machine in running:
+            if machine.thread.is_alive():
+                machine.signal(signal.SIGTERM)
+                machine.signal(signal.SIGTERM)
+            machine.thread.join(20)
+
+
+def _server(**settings: object):
+    return live_server(**{"node_timeout": 10.0, "max_nodes": 2, "min_nodes": 1, **settings})
+
+
+def test_the_agent_joins_and_says_it_is_ready_with_its_ports(tmp_path):
+    with _server(min_nodes=2) as server:
+        machine = Machine(tmp_path, server.address[1], name="alpha", slots=2).start()
+        with machines(machine):
+            wait_until(lambda: server.policy.nodes, what="the agent's join")
+            (node,) = dict(server.policy.nodes).values()
+            assert node.name == "alpha" and node.slots == 2
+            wait_until(lambda: len(next(iter(dict(server.policy.nodes).values())).ports or ()) == 2,
+                       what="the agent's ready message")
+
+
+def test_a_round_starts_the_group_with_the_clusters_workers(tmp_path):
+    with _server(min_nodes=2) as server:
+        machine = Machine(tmp_path, server.address[1], name="alpha").start()
+        with machines(machine):
+            wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
+            peer = member(server, "beta", ports=[20001])
+            round_ = next_of(peer, M.Round)
+            group = machine.round_group()
+            assert group.calls == ["start"]
+            assert group.given["workers"] == tuple(round_.workers) and len(round_.workers) == 2
+            assert group.given["first_index"] != round_.first_index  # each machine gets its own share
+            assert group.given["round_"] == round_.round == 0
+
+
+def test_training_is_reported_and_a_success_finishes_the_job(tmp_path):
+    with _server() as server:
+        machine = Machine(tmp_path, server.address[1]).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.is_training = True
+            wait_until(lambda: group.reported_training, what="the training report")
+            group.ended = (Outcome.SUCCEEDED, "the workers here exited 0")
+            assert machine.wait() == 0
+            assert group.calls == ["start", "end"]  # the shared ending, once
+            assert server.result is not None and server.result.status == 0
+
+
+def test_a_failure_is_reported_and_ends_the_job_without_restarts(tmp_path):
+    with _server(max_restarts=0) as server:
+        machine = Machine(tmp_path, server.address[1], max_restarts=0).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.ended = (Outcome.FAILED, "worker:0 exited with exit code 3")
+            status = machine.wait()
+            assert status == server.result.status and status != 0
+            assert "worker:0 exited with exit code 3" in server.result.report
+
+
+def test_a_failure_with_restarts_left_starts_the_next_round(tmp_path):
+    with _server(max_restarts=1) as server:
+        machine = Machine(tmp_path, server.address[1], max_restarts=1).start()
+        with machines(machine):
+            first = machine.round_group()
+            first.ended = (Outcome.FAILED, "worker:0 exited with exit code 3")
+            second = machine.round_group(2)
+            assert second.given["round_"] == 1 and first.calls == ["start", "end"]
+            second.ended = (Outcome.SUCCEEDED, "the workers here exited 0")
+            assert machine.wait() == 0
+
+
+def test_a_lost_machine_stops_the_round_at_once_and_the_rest_go_on(tmp_path):
+    with _server(node_timeout=1.0) as server:
+        machine = Machine(tmp_path, server.address[1], node_timeout=1.0).start()
+        with machines(machine):
+            wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
+            machine.round_group().is_training = True  # round 0, alone
+            wait_until(lambda: machine.groups[0].reported_training, what="training")
+            peer = member(server, "beta", ports=[20001])  # grows the job...
+            grown = machine.round_group(2)
+            assert machine.groups[0].calls == ["start", "stop graceful=True"]  # growth saves first
+            assert len(grown.given["workers"]) == 2
+            peer.close()  # ... then is lost: no collective can finish, the round is stopped at once
+            alone = machine.round_group(3)
+            assert grown.calls == ["start", "stop graceful=False"] and len(alone.given["workers"]) == 1
+            alone.ended = (Outcome.SUCCEEDED, "done")
+            assert machine.wait() == 0
+
+
+def test_a_signal_on_a_machine_that_does_not_serve_saves_reports_and_leaves(tmp_path):
+    with _server(min_nodes=1) as server:
+        machine = Machine(tmp_path, server.address[1]).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.is_training = True
+            wait_until(lambda: group.reported_training, what="training")
+            machine.signal(signal.SIGTERM)
+            assert machine.wait() == 128 + signal.SIGTERM
+            assert group.calls == ["start", "stop graceful=True"]
+
+
+def test_a_second_signal_cuts_the_save_short_and_a_second_ctrl_c_abandons_the_agent(tmp_path):
+    with _server() as server:
+        machine = Machine(tmp_path, server.address[1]).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.is_training, group.saves_until_killed = True, True
+            wait_until(lambda: group.reported_training, what="training")
+            machine.signal(signal.SIGINT)  # the first Ctrl-C: a graceful stop, the group saves...
+            wait_until(lambda: "stop graceful=True" in group.calls, what="the graceful stop")
+            machine.signal(signal.SIGINT)  # ... the second kills now and leaves as interrupted
+            machine.thread.join(20)
+            assert group.calls == ["start", "stop graceful=True", "cut short"]
+            assert machine.status == [] and isinstance(machine.escaped, KeyboardInterrupt)
+
+
+def test_a_signal_where_the_rendezvous_is_served_stops_every_machine_with_the_signals_status(tmp_path):
+    port = free_ports(1)[0]
+    host = Machine(tmp_path, port, name="host", serve=True, min_nodes=2).start()
+    other = Machine(tmp_path, port, name="other", min_nodes=2)
+    with machines(host, other):
+        wait_until(lambda: host.agent.server is not None, what="the rendezvous served by the agent")
+        other.start()
+        groups = [host.round_group(), other.round_group()]
+        for group in groups:
+            group.is_training = True
+        wait_until(lambda: all(g.reported_training for g in groups), what="training everywhere")
+        host.signal(signal.SIGTERM)  # forwarded to the server by the agent's StopRequests
+        assert host.wait() == 128 + signal.SIGTERM and other.wait() == 128 + signal.SIGTERM
+        assert all(g.calls == ["start", "stop graceful=True"] for g in groups)
+
+
+def test_an_agent_with_other_versions_is_refused_and_says_why(tmp_path, capfd):
+    with _server(min_nodes=2) as server:
+        member(server, "first")
+        machine = Machine(tmp_path, server.address[1], versions={**VERSIONS, "tensorflow": "9"}).start()
+        with machines(machine):
+            assert machine.wait() == int(ExitStatus.USAGE)
+        err = capfd.readouterr().err
+        assert "refused by the rendezvous" in err and "tensorflow 9" in err
+        assert machine.groups == []
+
+
+@pytest.mark.parametrize("rank", [5])
+def test_an_agent_with_a_rank_outside_the_job_is_refused(tmp_path, rank):
+    with _server() as server:
+        machine = Machine(tmp_path, server.address[1], node_rank=rank).start()
+        with machines(machine):
+            assert machine.wait() == int(ExitStatus.USAGE)
+
+
+def test_a_lost_rendezvous_stops_the_group_and_the_agent_gives_up_after_the_rdzv_timeout(tmp_path, capfd):
+    with _server(node_timeout=1.0) as server:
+        machine = Machine(tmp_path, server.address[1], node_timeout=1.0, rdzv_timeout=1.0).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.is_training = True
+            wait_until(lambda: group.reported_training, what="training")
+            server.close()
+            assert machine.wait() == int(ExitStatus.TASK_FAILED)
+            assert group.calls[:2] == ["start", "stop graceful=False"]
+    assert "lost the rendezvous" in capfd.readouterr().err
