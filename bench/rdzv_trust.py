@@ -1,13 +1,17 @@
 """What the authenticated rendezvous costs: the handshake (connect to welcome) and a machine's join to its first
-round, against the rendezvous before it (a git worktree of BASELINE), in the same run.
+round, against the rendezvous before it (commit BASELINE, c69331f), in the same run.
 
-Each measurement runs in its own process with one tree's sources first on the path, through that tree's own
-server and agent-side link on loopback; trees alternate by round; the ratio is the median of per-round ratios
-(trust / baseline, goal <= 1.05).
+One long-lived process per tree (that tree's sources first on the path, its own server and agent-side link on
+loopback, the server in the same process as the agent, as on the machine that serves the endpoint); the two take
+turns, a short batch each, many times, so that both see the same load on a shared machine; each batch's result is
+a median, and the figure is the median of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the
+load average before and after, and a floor: a plain TCP connect plus N round trips to a thread-per-connection
+echo server in the same process (the authenticated join needs one round trip more than the plain one).
 
-    python bench/rdzv_trust.py [--rounds 7] [--joins 200] [--starts 30] [--baseline-tree /work/wt/trust-baseline]
+    python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline-tree DIR]
 
-The baseline tree is made with ``git worktree add <tree> c69331f`` (and removed with ``git worktree remove``).
+Without ``--baseline-tree`` the baseline's ``src`` is taken from git (``git archive BASELINE src``) into a temporary
+folder, removed afterwards.
 """
 from __future__ import annotations
 
@@ -16,18 +20,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON, REPO, alternate, median, median_ratio  # noqa: E402
+from _common import PYTHON, REPO, median, median_ratio  # noqa: E402
 
 BASELINE = "c69331f"
 
-# One tree's measurement: N joins (connect -> welcome), then M job starts (first connect -> both machines have
-# round 0); medians in milliseconds as JSON on stdout.
+# One tree's worker: reads commands ("joins N", "starts M", "floor N K") on stdin, answers each with one JSON line
+# (median milliseconds). Joins go to one server kept for the whole run; each job start has its own server.
 WORKER = r"""
-import json, statistics, sys, time
-joins, starts = int(sys.argv[1]), int(sys.argv[2])
+import json, socket, statistics, sys, threading, time
 try:
     from tfdist.launch.elastic.server import RendezvousServer
     from tfdist.launch.elastic.membership import RendezvousSettings as Settings
@@ -46,76 +50,164 @@ def join(i):
 def link(port):
     return RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, **secret)
 
+def joins(count, port):
+    taken = []
+    for i in range(count):
+        t0 = time.perf_counter()
+        one = link(port)
+        one.connect(join(i), time.monotonic() + 10, lambda: False)
+        taken.append(time.perf_counter() - t0)
+        one.close()
+    return statistics.median(taken) * 1000
+
+def starts(count):
+    taken = []
+    for _ in range(count):
+        server = RendezvousServer(Settings(job="bench", min_nodes=2, max_nodes=2, first_round_wait=0.0,
+                                           rdzv_timeout=1e6), "127.0.0.1", 0, **secret).start()
+        port = server.address[1]
+        t0 = time.perf_counter()
+        links = [link(port), link(port)]
+        for k, each in enumerate(links):
+            each.connect(join(k), time.monotonic() + 10, lambda: False)
+            each.send("ready", ports=[20000 + k], backup=None)
+        for each in links:
+            while True:
+                message = each.next_message(5.0)
+                if message is not None and message["type"] == "round":
+                    break
+        taken.append(time.perf_counter() - t0)
+        for each in links:
+            each.close()
+        server.close()
+    return statistics.median(taken) * 1000
+
+def echo_server():
+    listener = socket.create_server(("127.0.0.1", 0))
+    def serve(conn):
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with conn:
+            while True:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                conn.sendall(data)
+    def accept():
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    return listener.getsockname()[1]
+
+def floor(count, trips, port):
+    taken = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        sock = socket.create_connection(("127.0.0.1", port), timeout=2.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(trips):
+            sock.sendall(b"x" * 64)
+            sock.recv(4096)
+        taken.append(time.perf_counter() - t0)
+        sock.close()
+    return statistics.median(taken) * 1000
+
 server = RendezvousServer(Settings(job="bench", min_nodes=10**6, max_nodes=10**6, rdzv_timeout=1e6), "127.0.0.1", 0,
                           **secret).start()
-port = server.address[1]
-handshakes = []
-for i in range(joins):
-    t0 = time.perf_counter()
-    one = link(port)
-    one.connect(join(i), time.monotonic() + 10, lambda: False)
-    handshakes.append(time.perf_counter() - t0)
-    one.close()
-server.close()
-
-firsts = []
-for i in range(starts):
-    server = RendezvousServer(Settings(job="bench", min_nodes=2, max_nodes=2, first_round_wait=0.0,
-                                       rdzv_timeout=1e6), "127.0.0.1", 0, **secret).start()
-    port = server.address[1]
-    t0 = time.perf_counter()
-    links = [link(port), link(port)]
-    for k, each in enumerate(links):
-        each.connect(join(k), time.monotonic() + 10, lambda: False)
-        each.send("ready", ports=[20000 + k], backup=None)
-    for each in links:
-        while True:
-            message = each.next_message(5.0)
-            if message is not None and message["type"] == "round":
-                break
-    firsts.append(time.perf_counter() - t0)
-    for each in links:
-        each.close()
-    server.close()
-print(json.dumps({"handshake_ms": statistics.median(handshakes) * 1000,
-                  "first_round_ms": statistics.median(firsts) * 1000}))
+port, echo = server.address[1], echo_server()
+print("ready", flush=True)
+for line in sys.stdin:
+    what, *numbers = line.split()
+    numbers = [int(n) for n in numbers]
+    value = (joins(numbers[0], port) if what == "joins" else starts(numbers[0]) if what == "starts"
+             else floor(numbers[0], numbers[1], echo))
+    print(json.dumps(value), flush=True)
 """
 
 
-def measure(tree: Path, joins: int, starts: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    done = subprocess.run([PYTHON, "-c", WORKER, str(joins), str(starts)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tree)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout)
+class Worker:
+    """One tree's long-lived measuring process."""
+
+    def __init__(self, tree: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        self.tree = tree
+        self.proc = subprocess.Popen([PYTHON, "-c", WORKER], env=env, cwd=tree, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._expect("ready")
+
+    def _expect(self, what: str | None = None) -> str:
+        line = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
+        if not line or (what is not None and line != what):
+            self.proc.kill()
+            raise SystemExit(f"{self.tree}: the worker failed: {line}\n{self.proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+        return line
+
+    def ask(self, command: str) -> float:
+        self.proc.stdin.write(command + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return float(json.loads(self._expect()))
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait(timeout=30)
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def baseline_src(tree: Path | None, scratch: Path) -> Path:
+    if tree is not None:
+        if not (tree / "src" / "tfdist" / "launch" / "rdzv_server.py").exists():
+            raise SystemExit(f"--baseline-tree {tree}: no src/tfdist/launch/rdzv_server.py there (a tree of {BASELINE})")
+        return tree
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
+    return scratch
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--joins", type=int, default=200)
-    parser.add_argument("--starts", type=int, default=30)
-    parser.add_argument("--baseline-tree", type=Path, default=Path("/work/wt/trust-baseline"))
+    parser.add_argument("--turns", type=int, default=15, help="turns per tree (each a batch of joins and starts)")
+    parser.add_argument("--joins", type=int, default=40, help="joins per turn")
+    parser.add_argument("--starts", type=int, default=4, help="two-machine job starts per turn")
+    parser.add_argument("--baseline-tree", type=Path, default=None, help=f"a checkout of {BASELINE} (default: git)")
     args = parser.parse_args()
-    if not (args.baseline_tree / "src" / "tfdist" / "launch" / "rdzv_server.py").exists():
-        raise SystemExit(f"no baseline tree at {args.baseline_tree}: git worktree add {args.baseline_tree} {BASELINE}")
-    seen: dict[str, list[dict[str, float]]] = {"baseline": [], "trust": []}
-
-    def run(name: str, tree: Path):
-        def once() -> float:
-            result = measure(tree, args.joins, args.starts)
-            seen[name].append(result)
-            return result["handshake_ms"]
-        return once
-
-    print(f"{args.rounds} rounds x ({args.joins} joins, {args.starts} job starts) per tree, alternating")
-    alternate(args.rounds, [("baseline", run("baseline", args.baseline_tree)), ("trust", run("trust", REPO))])
-    for key, label in (("handshake_ms", "connect to welcome"), ("first_round_ms", "join to first round")):
-        base = [r[key] for r in seen["baseline"]]
-        new = [r[key] for r in seen["trust"]]
-        print(f"{label}: baseline {median(base):.3f} ms, trust {median(new):.3f} ms, "
-              f"median ratio {median_ratio(new, base):.3f} (goal <= 1.05)")
+    print(f"load average before: {load()} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
+        trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
+        workers = {name: Worker(tree) for name, tree in trees.items()}
+        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "starts": [], "floor1": [], "floor2": []}
+                                                    for name in workers}
+        try:
+            for name, worker in workers.items():  # warm-up turn, not counted
+                worker.ask(f"joins {args.joins}")
+            for turn in range(args.turns):
+                order = list(workers.items()) if turn % 2 == 0 else list(reversed(workers.items()))
+                for name, worker in order:
+                    seen[name]["joins"].append(worker.ask(f"joins {args.joins}"))
+                    seen[name]["floor1"].append(worker.ask(f"floor {args.joins} 1"))
+                    seen[name]["floor2"].append(worker.ask(f"floor {args.joins} 2"))
+                    if args.starts:
+                        seen[name]["starts"].append(worker.ask(f"starts {args.starts}"))
+                print(f"  turn {turn + 1}: connect to welcome baseline {seen['baseline']['joins'][-1]:.3f} ms, "
+                      f"trust {seen['trust']['joins'][-1]:.3f} ms", flush=True)
+        finally:
+            for worker in workers.values():
+                worker.close()
+    print(f"{args.turns} turns x ({args.joins} joins, {args.starts} job starts) per tree, alternating; "
+          f"load average after: {load()}")
+    base, new = seen["baseline"], seen["trust"]
+    rows = [("connect to welcome", "joins")] + ([("join to first round", "starts")] if args.starts else [])
+    for label, key in rows:
+        print(f"{label}: baseline {median(base[key]):.3f} ms, trust {median(new[key]):.3f} ms, "
+              f"median ratio {median_ratio(new[key], base[key]):.3f} (goal <= 1.05)")
+    floor1 = median(base["floor1"] + new["floor1"])
+    floor2 = median(base["floor2"] + new["floor2"])
+    extra = floor2 - floor1
+    print(f"floor (same processes): TCP connect + 1 round trip {floor1:.3f} ms, + 2 round trips {floor2:.3f} ms; "
+          f"the handshake's one more round trip alone ({extra:.3f} ms) puts the connect-to-welcome ratio at "
+          f"~{1 + extra / median(base['joins']):.3f} at best")
     return 0
 
 

@@ -302,6 +302,8 @@ def test_a_name_with_escape_codes_is_shown_escaped_and_a_bad_address_is_refused(
     said: list[str] = []
     with live_server(said=said) as server:
         assert isinstance(Peer(server).join("evil\x1b[2J\nfake: round 9 started"), M.Welcome)
+        # The server says "joined" right after writing the welcome, so the line may come just after the welcome.
+        wait_until(lambda: any("joined" in line for line in said), what="the joined line")
         joined = [line for line in said if "joined" in line]
         assert joined and "\x1b" not in joined[0] and "\n" not in joined[0] and "\\x1b" in joined[0]
         answer = Peer(server).join("m2", address="10.0.0.1; rm -rf /")

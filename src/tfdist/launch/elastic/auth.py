@@ -12,6 +12,7 @@ Handshake (fixed sizes, so a stranger can make the server hold at most :data:`HE
     agent  -> server   MAGIC | Na                       Na, Ns: 32 fresh random bytes each
     server -> agent    Ns | HMAC(K, "server" | Na | Ns)  the server proves first: an agent never says more to a
     agent  -> server   HMAC(K, "agent" | Na | Ns)        server that cannot; an agent's proof is never replayable
+                       [ | first frame (the join) ]       in the same write: one round trip more than a plain join
 
 K is the job secret. Then each direction has its own key, ``HKDF(K, salt=Na|Ns, info=direction)``, and every frame
 is ``length(4) | payload | HMAC(key, seq(8) | length(4) | payload)`` with ``seq`` counting that direction's frames
@@ -126,8 +127,14 @@ class Session:
         return payload
 
 
-def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_S) -> Session:
-    """The agent's side. Raises AuthError (the server did not prove the secret) or OSError."""
+def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_S,
+                    first: bytes | None = None) -> Session:
+    """The agent's side. Raises AuthError (the server did not prove the secret) or OSError.
+
+    ``first``: the payload of the agent's first frame (its join), sealed and written in the same ``sendall`` as the
+    agent's proof, so that joining costs the one extra round trip of the challenge and no more. It goes out only
+    after the server proved the secret, as the proof does; the server reads the proof before the frame.
+    """
     deadline = time.monotonic() + timeout
     agent_nonce = secrets.token_bytes(NONCE)
     _send_before(sock, MAGIC + agent_nonce, deadline)
@@ -137,9 +144,11 @@ def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHA
         raise AuthError("the server did not prove the job secret")
     if not hmac.compare_digest(proof, _proof(secret, b"server", agent_nonce, server_nonce)):
         raise AuthError("the server did not prove the job secret")
-    _send_before(sock, _proof(secret, b"agent", agent_nonce, server_nonce), deadline)
+    session = Session(secret, agent_nonce, server_nonce, is_server=False)
+    proof = _proof(secret, b"agent", agent_nonce, server_nonce)
+    _send_before(sock, proof if first is None else proof + session.seal(first), deadline)
     sock.settimeout(None)
-    return Session(secret, agent_nonce, server_nonce, is_server=False)
+    return session
 
 
 def server_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_S) -> Session:

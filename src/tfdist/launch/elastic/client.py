@@ -33,8 +33,6 @@ class Lost(Exception):
 
     graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
 
-    graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
-
 
 class Refused(Exception):
     """The rendezvous (or whatever answered) will not have this agent; ``status`` is the agent's exit status."""
@@ -87,11 +85,13 @@ class RendezvousLink:
             TimeoutError: nobody answered in time.
         """
         closing_since: float | None = None
+        first = M.encode(M.make("join", **join))
         while True:
             sock = self._connect_socket(deadline, give_up)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
-                session = auth.agent_handshake(sock, self._secret)
+                # The join goes in the same write as the agent's proof, after the server proved the secret.
+                session = auth.agent_handshake(sock, self._secret, first=first)
                 break
             except auth.ClosedEarly:
                 # A busy server (too many connections waiting) closes without a word; so does a squatter.
@@ -107,26 +107,31 @@ class RendezvousLink:
             raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
                           "(another program on the port, another job, or a different secret)",
                           int(ExitStatus.USAGE))
-        channel = P.Channel(sock, session, send_timeout=max(self.node_timeout, 5.0), name="rdzv-agent")
-        channel.send(M.make("join", **join))
-        sock.settimeout(max(self.node_timeout, 5.0))
+        # The reader starts now and reads the welcome itself, so its start overlaps the round trip. The writer
+        # (which also sends the keep-alives) is held until the welcome, as the old keep-alive thread started then.
+        patience = max(self.node_timeout, 5.0)
+        channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
+                            keepalive=P.ping_interval(self.node_timeout), held=True)
+        inbox: queue.Queue[M.Message | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(channel, inbox), daemon=True, name="rdzv-read").start()
         try:
-            answer = channel.receive()
-        except (OSError, M.ProtocolError, auth.AuthError) as bad:
+            answer = inbox.get(timeout=patience)
+        except queue.Empty:
             channel.close()
-            raise Refused(f"{self.where} answered with something that is not this protocol ({bad})",
-                          int(ExitStatus.USAGE)) from None
+            raise TimeoutError(f"the rendezvous at {self.where} did not answer the join within {patience:g}s") \
+                from None
         if not isinstance(answer, M.Welcome):
             channel.close()
             if isinstance(answer, M.Refused):
                 raise Refused(printable(answer.reason), answer.status)
+            if answer is None and channel.dropped_reason:
+                raise Refused(f"{self.where} answered with something that is not this protocol "
+                              f"({channel.dropped_reason})", int(ExitStatus.USAGE))
             raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
-        sock.settimeout(max(self.node_timeout, 5.0))
         self.channel = channel
         self._last_heard = time.monotonic()
-        self._messages = queue.Queue()
-        threading.Thread(target=self._read, args=(channel, self._messages), daemon=True, name="rdzv-read").start()
-        threading.Thread(target=self._ping, args=(channel,), daemon=True, name="rdzv-ping").start()
+        self._messages = inbox
+        channel.release()
 
     def _read(self, channel: P.Channel, inbox: queue.Queue) -> None:
         try:
@@ -136,13 +141,8 @@ class RendezvousLink:
                 if message is None:
                     return
         except (OSError, M.ProtocolError, auth.AuthError) as bad:
-            channel.close(f"{bad}")
+            channel.close(f"{bad}" or type(bad).__name__)
             inbox.put(None)
-
-    def _ping(self, channel: P.Channel) -> None:
-        interval = P.ping_interval(self.node_timeout)
-        while channel.send(M.Ping()):
-            time.sleep(interval)
 
     def next_message(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or None after ``timeout``. Raises Lost."""

@@ -141,7 +141,8 @@ class RendezvousServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 deadline = time.monotonic() + auth.HANDSHAKE_S
                 session = auth.server_handshake(sock, self._secret, auth.HANDSHAKE_S)
-                channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}")
+                # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
+                channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
                 sock.settimeout(max(0.05, deadline - time.monotonic()) + auth.HANDSHAKE_S)
                 join = channel.receive()
                 sock.settimeout(self.send_timeout)
@@ -184,7 +185,7 @@ class RendezvousServer:
             self._say(f"refused {node.label}: {refusal[0]}")
             self._refuse(channel, refusal[0], refusal[1])
             return
-        channel.send(M.Welcome(node_id=node_id))
+        channel.send_now(M.Welcome(node_id=node_id))  # this thread writes it: no hand-off on the join's path
         self._say(f"{node.label} joined ({node.slots} worker(s))")
         reason = "its agent closed the connection"
         try:

@@ -21,7 +21,7 @@ import threading
 import time
 
 from tfdist.launch.elastic import auth
-from tfdist.launch.elastic.messages import Message, ProtocolError, decode, encode
+from tfdist.launch.elastic.messages import Message, Ping, ProtocolError, decode, encode
 
 FILE_CHUNK = 256 * 1024
 QUEUE_FRAMES = 32
@@ -38,20 +38,41 @@ class Closed(Exception):
 
 
 class Channel:
-    """One authenticated connection: queued sends drained by a writer thread, one reader (the caller)."""
+    """One authenticated connection: queued sends drained by a writer thread, one reader (the caller).
+
+    Nothing on the join's path waits for a thread start or a hand-off that the plain join of the protocol before
+    authentication did not have: a connection's first message is written by the thread that owns it (the agent's
+    join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
+    and the server's writer thread starts with the first queued message. ``held``: queue but write nothing until
+    :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome).
+    ``keepalive``: the writer starts at once (held or not, so that its start overlaps the wait for the welcome) and
+    sends ``ping`` after that many seconds without sending anything: the agent's keep-alives, no thread of their own.
+    """
 
     def __init__(self, sock: socket.socket, session: auth.Session, *, send_timeout: float,
-                 queue_frames: int | None = None, name: str = "rdzv") -> None:
+                 queue_frames: int | None = None, name: str = "rdzv", keepalive: float | None = None,
+                 held: bool = False) -> None:
         self.sock = sock
         self._session = session
         self._outbox: queue.Queue[bytes | None] = queue.Queue(maxsize=queue_frames or QUEUE_FRAMES)
         self._closed = threading.Event()
         self.dropped_reason = ""
+        self._name = name
+        self._keepalive = keepalive
+        # Who may seal the next frame (the sequence numbers need one sealer at a time): the writer once _go is set;
+        # before that, only send_now. _go is set when the channel is neither held nor in send_now, or closed.
+        self._start_lock = threading.Lock()  # guards the fields below; never held while sending
+        self._held = held
+        self._writing_now = False
+        self._go = threading.Event()
+        if not held:
+            self._go.set()
+        self._writer: threading.Thread | None = None
         # One timeout for both directions: a send's whole deadline (Python >= 3.5), and how often a blocked read
         # wakes to notice a closed channel (it just reads on).
         sock.settimeout(send_timeout)
-        self._writer = threading.Thread(target=self._write, daemon=True, name=f"{name}-send")
-        self._writer.start()
+        if keepalive is not None:
+            self._start_writer()
 
     @property
     def closed(self) -> bool:
@@ -76,14 +97,60 @@ class Channel:
                 self._outbox.put(payload, timeout=max(0.0, deadline - time.monotonic()))
             else:
                 self._outbox.put_nowait(payload)
-            return not self.closed
         except queue.Full:
             self.close("it does not read its messages")
             return False
+        if self._writer is None:
+            self._start_writer()
+        return not self.closed
+
+    def send_now(self, message: Message) -> bool:
+        """Write ``message`` from the caller's thread, ahead of anything queued, then release the channel: for the
+        first message of a ``held`` channel; queued like any other when the channel is not held. False when the
+        connection is gone or the write failed (the channel is then closed)."""
+        with self._start_lock:
+            direct = self._held and not self._writing_now
+            self._writing_now = self._writing_now or direct
+        if not direct:
+            return self.send(message)
+        try:
+            if self.closed:
+                return False
+            self.sock.sendall(self._session.seal(encode(message)))
+        except (OSError, ValueError) as bad:
+            self.close("sending to it failed or missed its deadline" if isinstance(bad, OSError) else str(bad))
+            return False
+        finally:
+            with self._start_lock:
+                self._writing_now = self._held = False
+                self._go.set()
+            self._start_writer()
+        return not self.closed
+
+    def release(self) -> None:
+        """Let the writer send what is queued (and keep-alives, if any)."""
+        with self._start_lock:
+            self._held = False
+            if not self._writing_now:
+                self._go.set()
+        self._start_writer()
+
+    def _start_writer(self) -> None:
+        with self._start_lock:
+            if self._writer is not None or self._keepalive is None and (
+                    self._held or self._writing_now or self._outbox.empty()):
+                return
+            self._writer = threading.Thread(target=self._write, daemon=True, name=f"{self._name}-send")
+            self._writer.start()
 
     def _write(self) -> None:
+        ping = encode(Ping())
+        self._go.wait()
         while True:
-            payload = self._outbox.get()
+            try:
+                payload = self._outbox.get(timeout=self._keepalive)
+            except queue.Empty:
+                payload = ping  # nothing sent for a keep-alive interval
             if payload is None or self.closed:
                 return
             try:
@@ -130,6 +197,7 @@ class Channel:
             return
         self.dropped_reason = reason
         self._closed.set()
+        self._go.set()  # a held writer wakes, sees the channel closed, and ends
         try:
             self._outbox.put_nowait(None)
         except queue.Full:
@@ -141,10 +209,13 @@ class Channel:
         self.sock.close()
 
     def drain(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the queued messages to go out (a last ``finish`` or ``refused``)."""
-        deadline_thread = self._writer
+        """Wait up to ``timeout`` for the queued messages to go out (a last ``finish`` or ``refused``); the writer
+        ends after them."""
         try:
             self._outbox.put(None, timeout=timeout)
         except queue.Full:
             return
-        deadline_thread.join(timeout)
+        finally:
+            self.release()
+        if self._writer is not None:
+            self._writer.join(timeout)
