@@ -25,6 +25,16 @@ def test_printable(raw, shown):
     assert printable(raw) == shown
 
 
+@pytest.mark.parametrize("code", range(128))
+def test_printable_ascii_shortcut_escapes_exactly_what_the_character_check_does(code):
+    import unicodedata
+
+    char = chr(code)
+    expected = char if unicodedata.category(char) not in {"Cc", "Cf", "Cs", "Zl", "Zp"} else \
+        char.encode("unicode_escape").decode("ascii")
+    assert printable(f"a{char}b") == f"a{expected}b"
+
+
 def test_printable_cuts_long_text():
     assert printable("x" * 1000) == "x" * (PRINTABLE_MAX - 3) + "..."
     assert len(printable("\x1b" * 1000)) == PRINTABLE_MAX
