@@ -37,8 +37,20 @@ def test_a_host_that_is_not_this_machine_is_one_line_not_a_traceback(capsys):
     (["--nnodes", "2", "--rdzv-endpoint", "h;x:1"], "--rdzv-endpoint"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:99999"], "--rdzv-endpoint"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--rdzv-insecure", "--rdzv-id", "a b"], "--rdzv-id 'a b'"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--chief"], "--chief is not supported across machines"),
-    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--ps", "1"], "--ps is not supported across machines"),
+    # Roles across machines: a fixed cluster spec (ParameterServerStrategy), --ps with its coordinator, pins with roles.
+    (["--nnodes", "2:3", "--rdzv-endpoint", "h:1", "--chief", "--ps", "1"],
+     "--nnodes 2:3 cannot be an elastic range with --chief/--ps/--evaluator"),
+    (["--nnodes", "1:2", "--rdzv-endpoint", "h:1", "--evaluator"], "--nnodes 1:2 cannot be an elastic range"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--ps", "1"], "--ps 1 needs --chief"),
+    (["--hosts", "a,b", "--ps", "2"], "--ps 2 needs --chief"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--node-roles", "ps"], "--node-roles pins this machine"),
+    (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--chief", "--node-roles", "ps;x", "--rdzv-insecure", "--rdzv-id",
+      "j"], "--node-roles: roles='ps;x' is not a list of roles"),
+    (["--hosts", "a,b", "--chief", "--min-nodes", "1"], "--min-nodes 1 cannot be used with --chief/--ps/--evaluator"),
+    (["--hosts", "a:1,b:1", "--chief", "--ps", "1"], "no slot left for a worker"),
+    (["--hosts", "a:1,b:1", "--chief", "--ps", "2"], "no free slot for ps:1"),
+    (["--hosts", "a", "--chief", "--node-roles", "ps"], "--node-roles is not supported across machines with "
+                                                        "--hostfile"),
     (["--nnodes", "2", "--rdzv-endpoint", "h:1", "--hosts", "a"], "two ways in"),
     (["--hosts", "a,a"], "host a is listed twice"),
     (["--hosts", "a", "--include", "b"], "--include: b is not in the host list"),
@@ -143,3 +155,30 @@ def test_the_documented_command_writes_a_new_secret_0600(tmp_path):
     again = subprocess.run([sys.executable, "-m", "tfdist.launch.elastic.secret", str(path)], capture_output=True,
                            text=True, env={"PYTHONPATH": str(REPO_ROOT / "src")}, timeout=60)
     assert again.returncode == 2 and "never overwritten" in again.stderr
+
+
+@pytest.mark.parametrize("lines, needle", [
+    ("a slots=2\nb slots=2 roles=boss\n", "hosts line 2: roles='boss' is not a list of roles"),
+    ("a slots=2 roles=ps\n", "hosts: a has roles=ps, and the job has no --chief/--ps/--evaluator"),
+])
+def test_bad_roles_in_a_host_file_are_one_line_naming_file_and_line(capsys, tmp_path, lines, needle):
+    hosts = tmp_path / "hosts"
+    hosts.write_text(lines)
+    assert main(["launch", "--hostfile", str(hosts), "--dry-run", "--", FAKE, "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle.replace("hosts", str(hosts), 1) in err and "Traceback" not in err
+
+
+def test_a_host_file_dry_run_shows_where_each_role_runs_and_each_host_s_pins(capsys, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("198.18.0.1 slots=2\n198.18.0.2 slots=1 roles=ps\n198.18.0.3 slots=2\n")
+    assert main(["launch", "--hostfile", str(hosts), "--chief", "--ps", "1", "--dry-run", "--", FAKE, "x"]) == 0
+    out = capsys.readouterr().out
+    assert "[host 198.18.0.1] node rank 0: chief:0, worker:0\n" in out
+    assert "[host 198.18.0.2] node rank 1: ps:0 (pinned: ps)\n" in out
+    assert "[host 198.18.0.3] node rank 2: worker:1, worker:2\n" in out
+    ssh = [line for line in out.splitlines() if line.startswith("  ssh:")]
+    # Every agent gets the job's roles; only the pinned host gets --node-roles.
+    assert all("--chief" in line and "--ps 1" in line for line in ssh)
+    assert ["--node-roles ps" in line for line in ssh] == [False, True, False]
+    assert "5 task(s) planned on 3 host(s)" in out

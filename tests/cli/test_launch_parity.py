@@ -32,9 +32,11 @@ def _options() -> list[str]:
 # with (exit 2) on a machine like this one.
 CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "workers": (["-n", "3"], {HOSTFILE: "worker:3", RENDEZVOUS: "3 worker(s)"}),
-    "ps": (["--ps", "1"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
-    "chief": (["--chief"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
-    "evaluator": (["--evaluator"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
+    # Roles are placed over the machines by node rank (tfdist.cluster.placement); --ps needs --chief as on one machine.
+    "ps": (["--ps", "1", "--chief"], {HOSTFILE: "node rank 0: chief:0, ps:0", RENDEZVOUS: "node0: chief:0 ps:0"}),
+    "chief": (["--chief"], {HOSTFILE: "node rank 0: chief:0, worker:0", RENDEZVOUS: "node0: chief:0 worker:0"}),
+    "evaluator": (["--evaluator"], {HOSTFILE: "node rank 0: evaluator:0, worker:0",
+                                    RENDEZVOUS: "[evaluator:0]"}),
     "max_restarts": (["--max-restarts", "4"], {HOSTFILE: "up to 4", RENDEZVOUS: "TFDIST_MAX_RESTARTS=4"}),
     "restart_window": (["--restart-window", "60"], {HOSTFILE: "within 60s", RENDEZVOUS: "within 60s"}),
     "backoff": (["--backoff", "5"], {HOSTFILE: "5s before the first", RENDEZVOUS: "5s before the first"}),
@@ -87,6 +89,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "node_rank": (["--node-rank", "1"], {HOSTFILE: REFUSED, RENDEZVOUS: "[worker:2]"}),
     "node_address": (["--node-address", "198.18.0.9"], {HOSTFILE: REFUSED, RENDEZVOUS: "address 198.18.0.9"}),
     "node_name": (["--node-name", "m9"], {HOSTFILE: REFUSED, RENDEZVOUS: "name m9"}),
+    "node_roles": (["--node-roles", "ps", "--ps", "1", "--chief"], {HOSTFILE: REFUSED, RENDEZVOUS: "[ps:0]"}),
     "node_timeout": (["--node-timeout", "4"], {HOSTFILE: "--node-timeout 4.0", RENDEZVOUS: "node 4s"}),
     "rdzv_timeout": (["--rdzv-timeout", "40"], {HOSTFILE: "--rdzv-timeout 40.0", RENDEZVOUS: "rendezvous 40s"}),
     "rdzv_last_call": (["--rdzv-last-call", "2"], {HOSTFILE: "--rdzv-last-call 2.0", RENDEZVOUS: "last call 2s"}),

@@ -11,6 +11,9 @@ GOOD_FILES = [
     ("# comment\n\ngpu-a slots=2  # two GPUs\n  me@gpu-b   slots=4\n", [HostEntry("gpu-a", 2), HostEntry("me@gpu-b", 4)]),
     ("10.0.0.7 slots=1\n", [HostEntry("10.0.0.7", 1)]),
     ("node1.example.internal\n", [HostEntry("node1.example.internal")]),
+    # roles= pins a machine (tfdist.cluster.placement), in any order with slots=.
+    ("a slots=2\nb roles=ps slots=2\nc slots=1 roles=chief,evaluator\n",
+     [HostEntry("a", 2), HostEntry("b", 2, ("ps",)), HostEntry("c", 1, ("chief", "evaluator"))]),
 ]
 
 BAD_FILES = [
@@ -25,6 +28,13 @@ BAD_FILES = [
     ("$(id)\n", "is not a host name"),
     ("a\nb\na slots=2\n", "host a is listed twice"),
     ("-oProxyCommand=x\n", "is not a host name"),
+    ("a\nb roles=boss\n", "hosts.txt line 2: roles='boss' is not a list of roles"),
+    ("a roles=ps,\n", "hosts.txt line 1: roles='ps,'"),
+    ("a roles=ps;id\n", "hosts.txt line 1: roles='ps;id'"),
+    ("a roles=PS\n", "hosts.txt line 1: roles='PS'"),
+    ("a roles=ps,ps\n", "hosts.txt line 1: roles='ps,ps'"),
+    ("a roles=\n", "hosts.txt line 1: roles=''"),
+    ("a roles=ps roles=chief\n", "line 1: roles given twice"),
 ]
 
 

@@ -125,7 +125,7 @@ def test_a_failure_is_blamed_restarts_and_repeated_failures_blacklist():
         actions = policy.tick(21.1)
         assert isinstance(actions[0], StartRound)
     assert policy.restarts == 2 and "m2 (198.18.0.2)" in policy.blacklist
-    assert [n for _, n, _ in actions[0].nodes] == ["m1", "m3"]  # left out during its cool-down
+    assert [n[1] for n in actions[0].nodes] == ["m1", "m3"]  # left out during its cool-down
     assert policy.tick(150.0) == []
 
 

@@ -130,7 +130,7 @@ def test_one_machine_gets_a_round_with_its_own_workers(slots):
         round_ = next_of(peer, M.Round)
         assert (round_.round, round_.node_rank, round_.first_index, round_.world_size) == (0, 0, 0, slots)
         assert round_.workers == [f"127.0.0.1:{21000 + i}" for i in range(slots)]
-        assert round_.nodes == [[0, "solo", "127.0.0.1"]] and round_.restore is None
+        assert round_.nodes == [[0, "solo", "127.0.0.1", slots, []]] and round_.restore is None
 
 
 @pytest.mark.parametrize("slots", [(1, 1), (2, 1), (1, 3)])
@@ -227,7 +227,7 @@ def test_a_member_that_hangs_up_stops_the_round_and_the_rest_go_on():
         assert stop.graceful is False and "lost b (" in stop.reason
         a.send(M.Ready(ports=[25000]))
         again = next_of(a, M.Round)
-        assert (again.round, again.world_size, again.nodes) == (1, 1, [[0, "a", "127.0.0.1"]])
+        assert (again.round, again.world_size, again.nodes) == (1, 1, [[0, "a", "127.0.0.1", 1, []]])
 
 
 def test_a_silent_member_is_lost_after_the_node_timeout():

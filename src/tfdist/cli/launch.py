@@ -101,10 +101,7 @@ def run_single(options: LaunchOptions) -> int:
 
     if options.workers == 0 and not options.chief:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
-    if options.ps and not options.chief:
-        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
-                         "coordinator that runs the training; without one every task waits forever",
-                         hint="add --chief (the workers and parameter servers only serve)")
+    check_ps_has_chief(options)
     environ = _with_tf_log_level(options.tf_log_level)
     _check_gpus_exist(options.gpus_per_task)
     from tfdist.launch.elastic.netaddr import advertised_address
@@ -186,6 +183,14 @@ def _check_gpus_exist(per_task: int | None) -> None:
         raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
                          hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
                          reference="launch-no-gpus")
+
+
+def check_ps_has_chief(options: LaunchOptions) -> None:
+    """On one machine and across machines alike. Raises UsageError naming --ps."""
+    if options.ps and not options.chief:
+        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
+                         "coordinator that runs the training; without one every task waits forever",
+                         hint="add --chief (the workers and parameter servers only serve)")
 
 
 def _with_tf_log_level(flag: str) -> dict[str, str]:

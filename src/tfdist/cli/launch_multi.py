@@ -52,6 +52,8 @@ _OPTIONS = [
     option("--node-address", help="Address the other machines reach this one at (default: the address on the "
            "route to the rendezvous host)."),
     option("--node-name", help="Name of this machine in reports (default: its address)."),
+    option("--node-roles", metavar="ROLES", help="With --chief/--ps/--evaluator: this machine takes only these roles "
+           "(chief,ps,evaluator,worker; comma-separated), as a host file's roles=. Default: any, placed by node rank."),
     option("--node-timeout", type=click.FloatRange(0.2), default=D.node_timeout, show_default=True,
            help="Seconds without a keep-alive after which a machine counts as lost."),
     option("--rdzv-timeout", type=click.FloatRange(1), default=D.rdzv_timeout, show_default=True,
@@ -112,6 +114,9 @@ def run_multi(options: LaunchOptions) -> int:
                          hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
     given = _given_flags()
     refuse_unsupported(mode, given)
+    from tfdist.cli.launch_roles import check_roles
+
+    check_roles(options, hostfile=mode == HOSTFILE)
     if options.workers < 1:
         raise UsageError("-n/--workers must be at least 1 per machine")
     refuse_protected(name for name, _ in env)  # TF_CONFIG and the other protocol variables: before anything starts
@@ -231,6 +236,9 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
     else:
         entries = parse_hosts_flag(options.hosts)
     entries = select_hosts(entries, options.include, options.exclude)
+    from tfdist.cli.launch_roles import hostfile_placement
+
+    placement = hostfile_placement(options, entries, options.hostfile or "--hosts")
     high = DISCOVERY_MAX_NODES if discovery else len(entries)
     low = options.min_nodes or len(entries)
     if low > len(entries):
@@ -247,5 +255,5 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
     if options.dry_run:
         from tfdist.cli.launch_plan import print_hostfile_plan
 
-        return print_hostfile_plan(spec)
+        return print_hostfile_plan(spec, placement)
     return run(spec)

@@ -15,7 +15,6 @@ from tfdist.errors import UsageError
 
 WORKS = None
 HOSTFILE, RENDEZVOUS = "hostfile", "rendezvous"
-_ROLES = "multi-machine jobs run workers only (worker 0 on node rank 0 is the chief); use MultiWorkerMirroredStrategy"
 _HOST = "each machine's tasks listen on its own address: give --node-address (rendezvous) or the host file's names"
 _RDZV_ONLY = "a host file orders the machines and the launcher serves the rendezvous: drop it, or use --rdzv-endpoint"
 _HOSTFILE_ONLY = "it selects hosts of a host file: use it with --hostfile/--hosts"
@@ -29,9 +28,9 @@ def _both(cell: str | None) -> dict[str, str | None]:
 ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     # Single-machine flags.
     "workers": _both(WORKS),  # per machine (a host file's slots= wins for its host)
-    "ps": _both(_ROLES),
-    "chief": _both(_ROLES),
-    "evaluator": _both(_ROLES),
+    "ps": _both(WORKS),  # placed by tfdist.cluster.placement over the machines, in node-rank order
+    "chief": _both(WORKS),
+    "evaluator": _both(WORKS),
     "max_restarts": _both(WORKS),  # the rendezvous' restart budget for the whole job
     "restart_window": _both(WORKS),
     "backoff": _both(WORKS),  # before the next round after a failure
@@ -83,6 +82,7 @@ ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     "node_rank": {HOSTFILE: _RDZV_ONLY, RENDEZVOUS: WORKS},
     "node_address": {HOSTFILE: _RDZV_ONLY, RENDEZVOUS: WORKS},
     "node_name": {HOSTFILE: _RDZV_ONLY, RENDEZVOUS: WORKS},
+    "node_roles": {HOSTFILE: "pin a host's roles on its host-file line: host slots=2 roles=ps", RENDEZVOUS: WORKS},
     "node_timeout": _both(WORKS),
     "rdzv_timeout": _both(WORKS),
     "rdzv_last_call": _both(WORKS),

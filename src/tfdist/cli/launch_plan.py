@@ -23,15 +23,18 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
     from tfdist.launch.elastic.node_group import NodeGroup
     from tfdist.launch.spec import Timeouts
 
+    from tfdist.cli.launch_roles import machine_roles
+
     rank = spec.node_rank
     first = (rank or 0) * spec.slots
     # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
     workers = tuple(f"192.0.2.{i % 250 + 1}:{1024 + i}" for i in range(first + spec.slots))
+    roles = machine_roles(spec)
     group = NodeGroup(command=spec.command, workers=workers, first_index=first, slots=spec.slots,
                       node_rank=rank or 0, round_=0, job=spec.job, log_dir=f"{spec.log_dir or '<log-dir>'}/attempt-0",
                       env=dict(spec.env), legacy_keras=legacy_keras, max_restarts=spec.max_restarts,
                       timeouts=Timeouts(grace=spec.grace_period, hang=spec.hang_timeout),
-                      gpus_per_task=spec.gpus_per_task, options=spec.tasks)
+                      gpus_per_task=spec.gpus_per_task, options=spec.tasks, roles=roles[0] if roles else None)
     endpoint = format_address(spec.endpoint_host, spec.endpoint_port)
     machines = f"{spec.min_nodes}" if spec.min_nodes == spec.max_nodes else f"{spec.min_nodes}:{spec.max_nodes}"
     print(f"dry run: job {spec.job}, {machines} machine(s) meeting at the rendezvous {endpoint} (served by the "
@@ -42,6 +45,10 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
     named = "".join(f", {what} {value}" for what, value in (("name", spec.node_name), ("address", spec.node_address))
                     if value)
     print(f"this machine: {where}{named}, {spec.slots} worker(s), {ports}")
+    if roles:
+        pins = f" (pinned here: {','.join(spec.node_roles)})" if spec.node_roles else ""
+        print(f"roles, placed by node rank{pins} (shown with {spec.slots} slot(s) and no pins on the other machines; "
+              f"each round places them over its machines): {roles[1]}")
     print(f"timeouts: grace {spec.grace_period:g}s, hang {spec.hang_timeout:g}s, node {spec.node_timeout:g}s, "
           f"rendezvous {spec.rdzv_timeout:g}s, last call {spec.first_round_wait:g}s")
     print(_restarts(spec.max_restarts, spec.restart_window, spec.backoff))
@@ -53,16 +60,17 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
         print(f"backups: the latest complete one in {spec.checkpoint_dir} is copied to machines that lack it")
     print(f"every task: {LEVEL_VARIABLE}={group.group.base_env.get(LEVEL_VARIABLE, '(inherited)')}")
     for plan in group.plans:
-        index = f"worker {plan.task_index}" if rank is not None else f"worker {plan.task_index - first} + the " \
-                                                                     "workers of the machines ranked before it"
+        index = f"{plan.task_type} {plan.task_index}" if rank is not None or roles else \
+            f"worker {plan.task_index - first} + the workers of the machines ranked before it"
         print(f"[{plan.name}]")
         print_task_plan(plan, f"<the whole cluster, sent by the rendezvous when a round starts; this task: {index}>")
     print(f"dry run: {len(group.plans)} task(s) planned on this machine, none started, no connection made")
     return ExitStatus.SUCCESS
 
 
-def print_hostfile_plan(spec: Any) -> int:
-    """Every host's agent of a host-file job (``spec``: a DriverSpec)."""
+def print_hostfile_plan(spec: Any, placement: Any = ()) -> int:
+    """Every host's agent of a host-file job (``spec``: a DriverSpec; ``placement``: where each task of a job with
+    roles runs, from :func:`tfdist.cluster.placement.place`)."""
     from tfdist.launch.ssh.driver import agent_ssh_command
 
     print(f"dry run: job {spec.job} on {len(spec.hosts)} host(s) ({spec.min_nodes} needed to train); the rendezvous "
@@ -73,10 +81,18 @@ def print_hostfile_plan(spec: Any) -> int:
     for rank, entry in enumerate(spec.hosts):
         slots = entry.slots or spec.slots
         names = ", ".join(f"worker:{i}" for i in range(first, first + slots))
+        if placement:
+            names = ", ".join(str(p.task) for p in sorted(placement, key=lambda p: p.slot)
+                              if p.machine == entry.name) or "(no task)"
+            names += f" (pinned: {','.join(entry.roles)})" if entry.roles else ""
         print(f"[host {entry.name}] node rank {rank}: {names}")
         print(f"  ssh: {shlex.join(agent_ssh_command(spec, rank, ENDPOINT_PLACEHOLDER))}")
         first += slots
-    print(f"dry run: {first} task(s) planned on {len(spec.hosts)} host(s), none started, no connection made")
+    if placement:
+        print("roles are placed by node rank: chief, then parameter servers, then the evaluator on the first hosts "
+              "that take them (roles= pins a host), workers in the slots left")
+    tasks = len(placement) if placement else first
+    print(f"dry run: {tasks} task(s) planned on {len(spec.hosts)} host(s), none started, no connection made")
     return ExitStatus.SUCCESS
 
 

@@ -1,11 +1,14 @@
 """Host files and host lists for ``tfdist launch --hostfile / --hosts``, as DeepSpeed and Horovod write them.
 
-A host file has one machine per line, ``host [slots=N]``; ``#`` starts a comment; blank lines are ignored::
+A host file has one machine per line, ``host [slots=N] [roles=R[,R...]]``; ``#`` starts a comment; blank lines are
+ignored::
 
     # two GPUs each
     gpu-a slots=2
     trainer@gpu-b   slots=2
-    10.0.0.7
+    10.0.0.7 slots=2 roles=ps
+
+``roles=`` pins a machine to roles of a job with ``--chief/--ps/--evaluator`` (placement: :mod:`tfdist.cluster.placement`).
 
 ``--hosts a,b:2`` is the same list on the command line (``host[:slots]``). A host without ``slots`` runs ``-n``
 workers. ``--include`` / ``--exclude`` (comma-separated host names) narrow the list; order is kept, and the first
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from tfdist.cluster.address import check_host
+from tfdist.cluster.placement import parse_roles
 from tfdist.errors import UsageError
 
 MAX_SLOTS = 1024
@@ -28,10 +32,12 @@ _SLOTS = re.compile(r"[0-9]{1,4}")
 
 @dataclass(frozen=True)
 class HostEntry:
-    """One machine of a host list: the ssh destination and how many workers it runs (None: ``-n``)."""
+    """One machine of a host list: the ssh destination, how many tasks it runs (None: ``-n``), the roles it is pinned
+    to (empty: any)."""
 
     host: str
     slots: int | None = None
+    roles: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -70,7 +76,7 @@ def parse_hostfile(text: str, source: str = "host file") -> list[HostEntry]:
     """Parse a host file's text; ``source`` (the path) names it in errors.
 
     Raises:
-        UsageError: a line is not ``host [slots=N]``, a host repeats, or there is no host.
+        UsageError: a line is not ``host [slots=N] [roles=...]``, a host repeats, or there is no host.
     """
     entries = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -80,15 +86,18 @@ def parse_hostfile(text: str, source: str = "host file") -> list[HostEntry]:
         where = f"{source} line {number}"
         words = line.split()
         host = _host(words[0], where)
-        slots = None
+        settings: dict[str, str] = {}
         for word in words[1:]:
             key, sep, value = word.partition("=")
-            if key != "slots" or not sep:
-                raise UsageError(f"{where}: unknown setting {word!r}", hint="lines look like: host slots=2")
-            if slots is not None:
-                raise UsageError(f"{where}: slots given twice")
-            slots = _slots(value, where)
-        entries.append(HostEntry(host, slots))
+            if key not in ("slots", "roles") or not sep:
+                raise UsageError(f"{where}: unknown setting {word[:40]!r}",
+                                 hint="lines look like: host slots=2 (or host slots=2 roles=ps)")
+            if key in settings:
+                raise UsageError(f"{where}: {key} given twice")
+            settings[key] = value
+        slots = _slots(settings["slots"], where) if "slots" in settings else None
+        roles = parse_roles(settings["roles"], where) if "roles" in settings else ()
+        entries.append(HostEntry(host, slots, roles))
     return _no_duplicates(entries, source)
 
 

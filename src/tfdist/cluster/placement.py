@@ -15,12 +15,15 @@ late machine only costs workers, which the ClusterCoordinator tolerates. ``--dry
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tfdist.cluster.roles import ALL_ROLES, TaskId
 from tfdist.errors import UsageError
 
 SPECIAL_ORDER = ("chief", "ps", "evaluator")
+# roles=ps / roles=chief,ps: lower-case words and commas only, matched whole (nothing else on the line survives).
+_ROLE_LIST = re.compile(r"[a-z]{1,16}( ?, ?[a-z]{1,16}){0,3}")
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,10 @@ class Placement:
 
 def parse_roles(text: str, where: str) -> tuple[str, ...]:
     """``"ps"`` / ``"chief,ps"`` from a host-file line's ``roles=``. Raises UsageError naming ``where``."""
-    roles = tuple(r.strip() for r in text.split(",") if r.strip())
+    roles = tuple(r.strip() for r in text.split(",")) if _ROLE_LIST.fullmatch(text) else ()
     unknown = [r for r in roles if r not in ALL_ROLES]
-    if not roles or unknown:
-        raise UsageError(f"{where}: roles={text!r} is not a list of roles",
+    if not roles or unknown or len(set(roles)) != len(roles):
+        raise UsageError(f"{where}: roles={text[:60]!r} is not a list of roles",
                          hint=f"use one or more of {', '.join(ALL_ROLES)}, comma-separated (roles=ps)")
     return roles
 
@@ -103,3 +106,47 @@ def table(placements: list[Placement]) -> list[str]:
 
 def _describe(machines: list[MachineSlots]) -> str:
     return ", ".join(f"{m.name}: {m.slots}" + (f" {','.join(m.roles)}" if m.roles else "") for m in machines)
+
+
+def counts_text(counts: RoleCounts | None) -> str:
+    """The roles every machine of a job must agree on, as one word its agent sends when joining: ``chief,ps=2``
+    (``""``: workers only). :func:`parse_counts` reads it back."""
+    if counts is None:
+        return ""
+    words = (["chief"] if counts.chief else []) + ([f"ps={counts.ps}"] if counts.ps else []) \
+        + (["evaluator"] if counts.evaluator else [])
+    return ",".join(words)
+
+
+def parse_counts(text: str) -> RoleCounts | None:
+    """The inverse of :func:`counts_text` (None for ``""``). Raises ValueError on anything else."""
+    if not text:
+        return None
+    chief = evaluator = False
+    ps = 0
+    for word in text.split(","):
+        if word == "chief":
+            chief = True
+        elif word == "evaluator":
+            evaluator = True
+        elif re.fullmatch(r"ps=[0-9]{1,3}", word):
+            ps = int(word[3:])
+        else:
+            raise ValueError(f"not a role count: {word[:40]!r}")
+    return RoleCounts(chief=chief, ps=ps, evaluator=evaluator)
+
+
+def role_list(value: object) -> list[str]:
+    """A machine's pinned roles as a peer sent them (a list of distinct known roles). Raises ValueError."""
+    if not isinstance(value, (list, tuple)) or len(value) > len(ALL_ROLES) or len(set(value)) != len(value) \
+            or any(r not in ALL_ROLES for r in value):
+        raise ValueError("not a list of roles")
+    return [str(r) for r in value]
+
+
+def layout_word(value: object) -> str:
+    """The job's roles as a peer sent them (:func:`counts_text`). Raises ValueError."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError("not the job's roles")
+    parse_counts(value)
+    return value

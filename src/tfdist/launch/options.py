@@ -87,6 +87,7 @@ class LaunchOptions:
     node_rank: int | None = None
     node_address: str | None = None
     node_name: str | None = None
+    node_roles: str | None = None  # the roles this machine is pinned to, as a host file's roles= (chief,ps)
     node_timeout: float = 10.0
     rdzv_timeout: float = 300.0
     rdzv_last_call: float = 3.0
@@ -142,6 +143,7 @@ class LaunchOptions:
         """This machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``). ``job`` and ``secret``: as
         read from ``--rdzv-secret-file``/``--rdzv-id`` by the CLI; ``etcd``: the parsed ``--rdzv-conf`` of the etcd
         backend (its first endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""
+        from tfdist.cluster.placement import parse_roles
         from tfdist.launch.elastic.agent import AgentSpec
 
         low, high = parse_nnodes(self.nnodes or "1")
@@ -155,7 +157,17 @@ class LaunchOptions:
             max_restarts=self.max_restarts, env=self.env_pairs(), log_dir=self.log_dir, legacy_keras=legacy_keras,
             checkpoint_dir=self.checkpoint_dir, watch_stdin=self.agent_watch_stdin, versions=dict(versions or {}),
             etcd=etcd, restart_window=self.restart_window, backoff=self.backoff, port_base=self.port_base,
-            launcher_metrics_port=self.launcher_metrics_port, **({"tasks": tasks} if tasks is not None else {}))
+            launcher_metrics_port=self.launcher_metrics_port, roles=self.role_counts(),
+            node_roles=parse_roles(self.node_roles, "--node-roles") if self.node_roles else (),
+            **({"tasks": tasks} if tasks is not None else {}))
+
+    def role_counts(self) -> Any:
+        """The job's ``--chief/--ps/--evaluator`` as the placement rule takes them (None: workers only)."""
+        from tfdist.cluster.placement import RoleCounts
+
+        if not (self.chief or self.ps or self.evaluator):
+            return None
+        return RoleCounts(chief=self.chief, ps=self.ps, evaluator=self.evaluator)
 
     def agent_args(self) -> tuple[str, ...]:
         """The flags every host's agent gets from the host-file driver, each with its single-machine meaning there.
@@ -224,9 +236,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _o("no_python"),
     _o("dry_run"),
     _o("workers", int, short="-n"),  # across machines: tasks per machine (the driver gives each host its slots)
-    _o("ps", int),
-    _o("chief"),
-    _o("evaluator"),
+    _o("ps", int, forward=CHANGED),  # every agent places the job's roles by the same rule
+    _o("chief", forward=CHANGED),
+    _o("evaluator", forward=CHANGED),
     _o("max_restarts", int, forward=ALWAYS),
     _o("restart_after_training"),
     _o("restart_window", float),  # across machines: the rendezvous' (the driver serves it)
@@ -267,6 +279,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _o("node_rank", int),
     _o("node_address", str),
     _o("node_name", str),
+    _o("node_roles", str),  # host file: the driver gives each host its line's roles=
     _o("node_timeout", float, forward=ALWAYS),
     _o("rdzv_timeout", float, forward=ALWAYS),
     _o("rdzv_last_call", float, forward=ALWAYS),

@@ -21,7 +21,9 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic import machine_run
 from tfdist.launch.elastic.membership import RendezvousSettings
+from tfdist.cluster.placement import counts_text
 from tfdist.launch.elastic.node_group import NodeGroup, RoundGroup, TaskOptions
+from tfdist.launch.elastic.round_roles import describe, local_tasks, round_layout
 from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
@@ -75,6 +77,8 @@ class AgentSpec:
     port_base: int | None = None  # --port-base: this machine's workers listen on consecutive ports from here
     launcher_metrics_port: int | None = None  # this agent's own metrics (rounds, its workers' states)
     tasks: TaskOptions = field(default_factory=TaskOptions)
+    roles: Any = None  # a RoleCounts (--chief/--ps/--evaluator): tasks placed by round_roles; None: workers only
+    node_roles: tuple[str, ...] = ()  # the roles this machine is pinned to (host file roles=, --node-roles)
 
     @property
     def job_name(self) -> str:
@@ -208,7 +212,8 @@ class Agent:
         self._maybe_serve(rdzv_ip)
         deadline = time.monotonic() + self.spec.rdzv_timeout
         join = dict(job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
-                    address=address, slots=self.spec.slots, versions=self.spec.versions)
+                    address=address, slots=self.spec.slots, versions=self.spec.versions,
+                    roles=list(self.spec.node_roles), layout=counts_text(self.spec.roles))
         while True:
             self.link = self._open_link(rdzv_ip)
             try:
@@ -273,7 +278,11 @@ class Agent:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
                 return
-        self.group = self.make_group(kill_now=lambda: self.stops.kill_now,
+        roles, placed = {}, ""
+        if self.spec.roles is not None:  # every agent places the round's tasks by the same rule
+            layout, placements = round_layout(message["nodes"], message["workers"], self.spec.roles)
+            roles, placed = {"roles": (layout, local_tasks(placements, self.node_rank))}, describe(placements)
+        self.group = self.make_group(kill_now=lambda: self.stops.kill_now, **roles,
             command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
@@ -288,7 +297,7 @@ class Agent:
             self.metrics.restart()
         self._task_states("running")
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
-                 f"on {len(message['nodes'])} machine(s)")
+                 f"on {len(message['nodes'])} machine(s)" + (f"; roles: {placed}" if placed else ""))
 
     def _stop_round(self, message: dict[str, Any], address: str) -> None:
         graceful = bool(message.get("graceful"))

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd_keys import FINISH_TTL, JobKeys
 from tfdist.launch.elastic.etcd_store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
+from tfdist.cluster.placement import layout_word, role_list
 from tfdist.launch.elastic.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
 from tfdist.launch.elastic.membership import MembershipPolicy
 from tfdist.launch.elastic.backup_relay import BackupRelay
@@ -203,7 +204,8 @@ class Coordinator:
             rank = join.get("node_rank")
             node = Node(node_id=node_id, name=str(join.get("name") or join["address"]),
                         address=str(join["address"]), slots=slots, requested_rank=None if rank is None else int(rank),
-                        versions={str(k): str(v) for k, v in (join.get("versions") or {}).items()})
+                        versions={str(k): str(v) for k, v in (join.get("versions") or {}).items()},
+                        roles=tuple(role_list(join.get("roles") or [])), layout=layout_word(join.get("layout", "")))
         except (KeyError, TypeError, ValueError):
             self.say(f"dropped the join record at {entry.key}: not a machine's record")
             return

@@ -28,6 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from tfdist.cluster.address import format_address
+from tfdist.cluster.placement import parse_counts
+from tfdist.errors import UsageError
+from tfdist.launch.elastic.round_roles import leader_rank, round_layout
 from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
 )
@@ -66,6 +69,7 @@ class MembershipPolicy:
         self._finish_deadline = 0.0
         self._interrupt: int | None = None
         self._outbox: list[RoundAction] = []  # decisions taken inside an event, handed out by the next tick
+        self._leader_rank = 0  # the machine whose success ends the job: it runs the chief (else worker 0)
 
     # -- events --------------------------------------------------------------------------------------------------
     def on_join(self, node: Node, job: str) -> tuple[str, int] | None:
@@ -90,6 +94,9 @@ class MembershipPolicy:
         if first is not None and first.versions and node.versions and first.versions != node.versions:
             return ("version mismatch: " + "; ".join(f"{n.label}: {_versions(n.versions)}" for n in (first, node))
                     + " (install the same versions on every machine)", int(ExitStatus.USAGE))
+        if first is not None and first.layout != node.layout:
+            return (f"roles differ: {first.label} has {_roles(first.layout)}, {node.label} has {_roles(node.layout)} "
+                    "(give every machine the same --chief/--ps/--evaluator)", int(ExitStatus.USAGE))
         if node.label in self.lost:
             _bounded(self.returned, node.label)
         self.nodes[node.node_id] = node
@@ -114,7 +121,7 @@ class MembershipPolicy:
         node.outcome, node.step = outcome, step
         detail = printable(detail, 400)  # a member's words, shown in reports: never escape codes or extra lines
         if self.phase is Phase.RUNNING:
-            if outcome == Outcome.SUCCEEDED and self._rank(node) == 0:
+            if outcome == Outcome.SUCCEEDED and self._rank(node) == self._leader_rank:
                 self.phase = Phase.FINISHING
                 self._finish_deadline = now + self.s.after_success
             elif outcome == Outcome.FAILED:
@@ -172,6 +179,9 @@ class MembershipPolicy:
                 self.min_reached_at = now
             wait = self.s.first_round_wait if self.round < 0 else 0.0
             if len(eligible) >= self.s.max_nodes or now - self.min_reached_at >= wait:
+                unfit = self._unplaceable(eligible)
+                if unfit:
+                    return self._done(int(ExitStatus.USAGE), unfit)
                 return [self._start_round(eligible)]
             return []
         self.min_reached_at = None
@@ -235,6 +245,24 @@ class MembershipPolicy:
     def _rank(self, node: Node) -> int:
         return sorted(self._members(), key=self._order).index(node)
 
+    def _round_nodes(self, eligible: list[Node]) -> tuple[tuple[Any, ...], ...]:
+        chosen = sorted(eligible, key=self._order)[: self.s.max_nodes]
+        return tuple((r, n.name, n.address, n.slots, list(n.roles)) for r, n in enumerate(chosen))
+
+    def _unplaceable(self, eligible: list[Node]) -> str:
+        """Why the job's roles do not fit on these machines (``""``: they fit, or the job has none); records the
+        leader's machine."""
+        counts = parse_counts(eligible[0].layout) if eligible else None
+        self._leader_rank = 0
+        if counts is None:
+            return ""
+        nodes = self._round_nodes(eligible)
+        try:
+            self._leader_rank = leader_rank(round_layout(nodes, ["-"] * sum(n[3] for n in nodes), counts)[1])
+        except UsageError as unfit:
+            return unfit.one_line()
+        return ""
+
     def _start_round(self, eligible: list[Node]) -> StartRound:
         chosen = sorted(eligible, key=self._order)[: self.s.max_nodes]
         self.round += 1
@@ -249,7 +277,7 @@ class MembershipPolicy:
         _bounded(self.history, f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
                             + ", ".join(n.label for n in chosen))
         return StartRound(self.round, len(workers), tuple(workers), tuple(assignments),
-                          tuple((r, n.name, n.address) for r, n in enumerate(chosen)))
+                          self._round_nodes(chosen))
 
     def _begin_stop(self, now: float, *, graceful: bool, reason: str) -> None:
         self.phase = Phase.STOPPING
@@ -299,3 +327,7 @@ def _bounded(events: list[str], event: str) -> None:
 
 def _versions(versions: dict[str, str]) -> str:
     return ", ".join(f"{key} {value}" for key, value in sorted(versions.items()))
+
+
+def _roles(layout: str) -> str:
+    return layout.replace("ps=", "ps ") or "workers only"

@@ -57,6 +57,8 @@ class Node:
     slots: int
     requested_rank: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    roles: tuple[str, ...] = ()  # pinned roles (a host file's roles=, --node-roles); empty: any
+    layout: str = ""  # the job's roles as its agent knows them (placement.counts_text)
     ready: bool = False
     ports: tuple[int, ...] = ()
     backup: dict[str, Any] | None = None
@@ -87,7 +89,7 @@ class StartRound:
     world_size: int
     workers: tuple[str, ...]
     assignments: tuple[Assignment, ...]
-    nodes: tuple[tuple[int, str, str], ...]  # (rank, name, address)
+    nodes: tuple[tuple[Any, ...], ...]  # (rank, name, address, slots, roles)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from tfdist.cluster.address import check_host
+from tfdist.cluster.placement import layout_word, role_list
 from tfdist.errors import UsageError
 
 VERSION = 1
@@ -113,6 +114,14 @@ class Backup:
         return cls(fs, name, files, _sizes(raw.get("sizes"), f"{what}.sizes", files))
 
 
+def _roles(check: Any, value: Any, what: str) -> Any:
+    """A role field, checked by the placement rule's own check (``role_list``, ``layout_word``)."""
+    try:
+        return check(value)
+    except ValueError:
+        raise ProtocolError(f"{what}: not the job's roles") from None
+
+
 @dataclass(frozen=True)
 class Message:
     TYPE: ClassVar[str] = ""
@@ -149,6 +158,8 @@ class Join(Message):
     slots: int
     node_rank: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    roles: list[str] = field(default_factory=list)  # the roles this machine is pinned to (empty: any)
+    layout: str = ""  # the job's --chief/--ps/--evaluator (placement.counts_text), the same on every machine
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Join":
@@ -162,7 +173,9 @@ class Join(Message):
             raise ProtocolError("address: not a host name or IP address") from None
         return cls(job=_text(raw.get("job"), "job", 64), name=_text(raw.get("name"), "name", 256), address=address,
                    slots=_int(raw.get("slots"), "slots", 1, MAX_SLOTS),
-                   node_rank=_maybe(_int, raw.get("node_rank"), "node_rank", 0, 9999), versions=dict(versions))
+                   node_rank=_maybe(_int, raw.get("node_rank"), "node_rank", 0, 9999), versions=dict(versions),
+                   roles=_roles(role_list, raw.get("roles", []), "roles"),
+                   layout=_roles(layout_word, raw.get("layout", ""), "layout"))
 
 
 @_message("ready")
@@ -261,9 +274,11 @@ class Round(Message):
         workers = [_text(w, "workers[]", 300) for w in _list(raw.get("workers"), "workers")]
         nodes = []
         for node in _list(raw.get("nodes"), "nodes"):
-            rank, name, address = _list(node, "nodes[]", 3) + [None] * (3 - len(node))
+            rank, name, address, slots, roles = _list(node, "nodes[]", 5) + [None] * (5 - len(node))
             nodes.append([_int(rank, "nodes[].rank"), _text(name, "nodes[].name", 256),
-                          _text(address, "nodes[].address", 256)])
+                          _text(address, "nodes[].address", 256),
+                          _int(1 if slots is None else slots, "nodes[].slots", 1, MAX_SLOTS),
+                          _roles(role_list, [] if roles is None else roles, "nodes[].roles")])
         restore = raw.get("restore")
         if restore is not None:
             backup = Backup.check({**_object(restore, "restore", 8), "fs": "0"}, "restore")

@@ -94,11 +94,17 @@ class NodeGroup:
                  max_restarts: int, timeouts: Timeouts, gpus_per_task: int | None = None,
                  spares: SparePool | None = None, base_env: Mapping[str, str] | None = None,
                  snapshot_dir: str | None = None, options: TaskOptions = TaskOptions(),
-                 kill_now: Callable[[], bool] = lambda: False) -> None:
-        layout = ClusterLayout(worker=workers)
-        local = tuple(f"worker:{i}" for i in range(first_index, first_index + slots))
-        # workers=slots: thread caps share this machine's cores among its own tasks (the layout is the cluster).
-        self.spec = LaunchSpec(command=command, workers=slots, job_name=options.job_name or job,
+                 kill_now: Callable[[], bool] = lambda: False,
+                 roles: tuple[ClusterLayout, tuple[str, ...]] | None = None) -> None:
+        # roles: the whole cluster and this machine's tasks, placed by round_roles (--chief/--ps/--evaluator).
+        layout, local = roles or (ClusterLayout(worker=workers),
+                                  tuple(f"worker:{i}" for i in range(first_index, first_index + slots)))
+        local_workers = sum(name.startswith("worker:") for name in local)
+        # workers=this machine's: thread caps share its cores among its own tasks (the layout is the cluster); the
+        # job's chief and parameter servers decide the leader and the rules, as on one machine.
+        self.spec = LaunchSpec(command=command, workers=local_workers if roles else slots,
+                               chief=bool(layout.chief), ps=len(layout.ps), evaluator=bool(layout.evaluator),
+                               job_name=options.job_name or job,
                                max_restarts=max_restarts,
                                env=tuple(env.items()), timeouts=timeouts, cluster=layout, local_tasks=local,
                                warm_spares=False, thread_caps=options.thread_caps, nccl_debug=options.nccl_debug,
@@ -158,6 +164,7 @@ class NodeGroup:
             return None
         self._ending = ending_for(verdict, t, across_machines=True)
         if verdict.action is rules.GroupAction.SUCCEED:
+            self._ending = dataclasses.replace(self._ending, wait_roles=self._finishing)
             return Outcome.SUCCEEDED, "the workers here exited 0"
         if verdict.action is rules.GroupAction.PREEMPTED:
             return Outcome.PREEMPTED, f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
@@ -186,8 +193,14 @@ class NodeGroup:
         at once instead (as a failed round is stopped) cut off their last lines whenever the leader's success
         outran them."""
         stop = self._stopping(graceful=False)
-        return self._end(dataclasses.replace(stop, wait_roles=("worker",), wait_seconds=seconds,
+        return self._end(dataclasses.replace(stop, wait_roles=self._finishing, wait_seconds=seconds,
                                              wait_cut=WaitCut.KILL_NOW))
+
+    @property
+    def _finishing(self) -> tuple[str, ...]:
+        """The roles that end on their own after a success: under ParameterServerStrategy workers and parameter
+        servers serve until stopped (as the single-machine launcher treats them)."""
+        return ("chief", "evaluator") if self.spec.ps else ("chief", "worker", "evaluator")
 
     def stop(self, *, graceful: bool) -> Outcome:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.

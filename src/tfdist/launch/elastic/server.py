@@ -174,7 +174,7 @@ class RendezvousServer:
     def _serve_member(self, node_id: int, channel: P.Channel, join: M.Join) -> None:
         # Names are shown on the operator's terminal: escape codes and line breaks arrive as visible escapes.
         node = Node(node_id=node_id, name=printable(join.name or join.address, 200), address=join.address,
-                    slots=join.slots, requested_rank=join.node_rank,
+                    slots=join.slots, requested_rank=join.node_rank, roles=tuple(join.roles), layout=join.layout,
                     versions={printable(k, 40): printable(v, 100) for k, v in (join.versions or {}).items()})
         with self._lock:
             refusal = self.policy.on_join(node, join.job)

@@ -81,6 +81,7 @@ def agent_ssh_command(spec: DriverSpec, rank: int, endpoint: str, entry: HostEnt
             "--rdzv-endpoint", endpoint, "--rdzv-id", spec.job, "--node-rank", str(rank),
             "--rdzv-secret-file", "-",  # the job's secret comes over ssh's stdin, never on a command line
             "--node-name", entry.name, "-n", str(entry.slots or spec.slots), "--agent-watch-stdin",
+            *(("--node-roles", ",".join(entry.roles)) if entry.roles else ()),
             *spec.agent_args, *shape, "--", *rest]
     return ssh_command(entry.host, _remote(spec, argv))
 

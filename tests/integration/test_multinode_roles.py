@@ -1,0 +1,97 @@
+"""Every role across machines: the parameter-server example (tfdist.examples.digits under ParameterServerStrategy)
+on 3 network-namespace machines through the rendezvous, roles placed by node rank with machine 2 pinned to the
+parameter server (--node-roles ps). Real TensorFlow; every process and namespace is gone at the end."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.integration.multilib import SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values
+from tests.integration.netns import Machines, why_no_namespaces
+from tfdist.protocol import read_heartbeat
+
+pytestmark = [pytest.mark.slow, pytest.mark.tf,
+              pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
+
+ROLES = "roles: node0: chief:0 worker:0; node1: ps:0; node2: worker:1"
+
+
+def _start(machines: Machines, tmp_path, *extra: str) -> list[Agent]:
+    """m1: chief and worker 0; m2: pinned to the parameter server; m3: worker 1 (placed by node rank)."""
+    model = str(tmp_path / "model")
+    shapes = {1: ["-n", "2"], 2: ["-n", "1", "--node-roles", "ps"], 3: ["-n", "1"]}
+    agents = []
+    for i in (1, 2, 3):
+        args = rendezvous_args(machines, "3", 1, model, "--chief", "--ps", "1", "--node-rank", str(i - 1),
+                               "--log-dir", str(tmp_path / f"logs{i}"), "--tee", "--node-timeout", "6",
+                               *shapes[i], *extra)
+        agents.append(Agent(machines, i, args, tmp_path).start())
+    return agents
+
+
+def _pid_of(machines: Machines, machine: int, task_type: str) -> int:
+    """The pid of the task of ``task_type`` running on ``machine`` (read from its environment)."""
+    for pid in machines.pids(machine):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if f"TFDIST_TASK_TYPE={task_type}".encode() in environ:
+            return pid
+    raise AssertionError(f"no {task_type} task on machine {machine}")
+
+
+def _wait_for_chief_step(tmp_path, round_: int, step: int, agents: list[Agent], timeout: float = 400) -> int:
+    path = os.path.join(tmp_path / "logs1", f"attempt-{round_}", "chief-0.heartbeat")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        beat = read_heartbeat(path)
+        if beat is not None and beat.step is not None and beat.step >= step:
+            return beat.step
+        if any(a.proc.poll() is not None for a in agents):
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"the chief never reached step {step} in round {round_}:\n" + all_output(agents)[-4000:])
+
+
+def _check_completed(text: str) -> None:
+    assert task_values(text, "train_steps") == {"node0 chief:0": str(TOTAL_STEPS)}, text[-4000:]
+    assert float(task_values(text, "final_accuracy")["node0 chief:0"]) >= 0.85
+
+
+def test_the_parameter_server_example_runs_on_three_machines(tmp_path):
+    with Machines(3) as machines:
+        agents = _start(machines, tmp_path)
+        codes = [a.wait(timeout=600) for a in agents]
+        text = all_output(agents)
+        assert codes == [0, 0, 0], text[-5000:]
+        _check_completed(text)
+        # Every agent placed the round the same way and says so in its start line.
+        for agent in agents:
+            assert ROLES in agent.err, agent.err[-2000:]
+        # Each task listens on its own machine's address: the cluster spans the three machines.
+        assert f"ps:0 pid" in agents[1].err and f"{machines.address(2)}:" in agents[1].err
+        assert "[node2 worker:1]" not in agents[0].out + agents[0].err  # worker 1 ran on machine 3 only
+        assert "chief:0 pid" in agents[0].err and "worker:1 pid" in agents[2].err
+        assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
+    assert machines.existing() == []
+
+
+def test_a_killed_parameter_server_restarts_the_job_from_its_checkpoint(tmp_path):
+    with Machines(3) as machines:
+        agents = _start(machines, tmp_path, "--max-restarts", "2")
+        _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1 (saved every 5 steps)
+        os.kill(_pid_of(machines, 2, "ps"), signal.SIGKILL)
+        codes = [a.wait(timeout=600) for a in agents]
+        text = all_output(agents)
+        assert codes == [0, 0, 0], text[-5000:]
+        _check_completed(text)
+        assert "tasks failed on" in text and "ps:0" in text  # the lost parameter server ended round 0
+        assert "round 1: started" in agents[0].err and ROLES in agents[0].err
+        assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
+        assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
+    assert machines.existing() == []

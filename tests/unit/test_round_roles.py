@@ -1,0 +1,135 @@
+"""Roles across machines (launch/elastic/round_roles.py and the rendezvous' use of it), as tables: the round's
+machines in node-rank order -> every task's address, each machine's tasks, TF_CONFIG, the leader's machine; the
+rendezvous refusing machines that disagree on the roles, and roles that do not fit. Pure: no sockets, no clock."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfdist.cluster.placement import RoleCounts, counts_text, parse_counts
+from tfdist.launch.elastic.membership import Finish, MembershipPolicy, Node, Phase, RendezvousSettings, StartRound
+from tfdist.launch.elastic.round_roles import describe, leader_rank, local_tasks, round_layout
+from tfdist.launch.local.layout import tf_config_for
+
+PS = RoleCounts(chief=True, ps=1)
+
+
+def nodes(*shapes):
+    """[(slots, roles)] -> the round's nodes as the rendezvous sends them, machine i at 198.18.0.(i+1)."""
+    return [[rank, f"m{rank}", f"198.18.0.{rank + 1}", slots, list(roles)] for rank, (slots, roles) in
+            enumerate(shapes)]
+
+
+def slots_of(round_nodes):
+    return [f"{n[2]}:{2000 + s}" for n in round_nodes for s in range(n[3])]
+
+
+@pytest.mark.parametrize("shapes, counts, placed, cluster", [
+    # No pins: chief and ps on node 0, workers after them, in node-rank order.
+    ([(2, ()), (1, ()), (1, ())], PS, "node0: chief:0 ps:0; node1: worker:0; node2: worker:1",
+     {"chief": ["198.18.0.1:2000"], "ps": ["198.18.0.1:2001"], "worker": ["198.18.0.2:2000", "198.18.0.3:2000"]}),
+    # Node 1 pinned to the parameter server: the chief keeps node 0, workers spread over the rest.
+    ([(2, ()), (1, ("ps",)), (1, ())], PS, "node0: chief:0 worker:0; node1: ps:0; node2: worker:1",
+     {"chief": ["198.18.0.1:2000"], "ps": ["198.18.0.2:2000"], "worker": ["198.18.0.1:2001", "198.18.0.3:2000"]}),
+    # Node 0 pinned away from the chief: it moves to the first machine that takes it.
+    ([(1, ("ps",)), (2, ())], PS, "node0: ps:0; node1: chief:0 worker:0",
+     {"chief": ["198.18.0.2:2000"], "ps": ["198.18.0.1:2000"], "worker": ["198.18.0.2:2001"]}),
+    # The evaluator takes a slot and a port, but is not in the cluster spec.
+    ([(2, ()), (2, ())], RoleCounts(chief=True, evaluator=True), "node0: chief:0 evaluator:0; node1: worker:0 worker:1",
+     {"chief": ["198.18.0.1:2000"], "worker": ["198.18.0.2:2000", "198.18.0.2:2001"]}),
+])
+def test_a_round_places_every_task_on_its_machine_s_address(shapes, counts, placed, cluster):
+    round_nodes = nodes(*shapes)
+    layout, placements = round_layout(round_nodes, slots_of(round_nodes), counts)
+    assert describe(placements) == placed
+    assert layout.cluster() == cluster
+    # Every task, on any machine, gets the whole cluster (as one machine's launcher builds it).
+    for task in layout.tasks():
+        config = json.loads(tf_config_for(layout, task))
+        assert config["cluster"] == cluster and config["task"] == {"type": task.type, "index": task.index}
+
+
+def test_every_machine_runs_exactly_its_tasks_and_the_order_of_the_nodes_list_does_not_matter():
+    round_nodes = nodes((2, ()), (1, ("ps",)), (1, ()))
+    layout, placements = round_layout(list(reversed(round_nodes)), slots_of(round_nodes), PS)
+    assert [local_tasks(placements, r) for r in range(3)] == [("chief:0", "worker:0"), ("ps:0",), ("worker:1",)]
+    assert sorted(t for r in range(3) for t in local_tasks(placements, r)) == sorted(map(str, layout.tasks()))
+
+
+@pytest.mark.parametrize("shapes, counts, rank", [
+    ([(2, ()), (2, ())], PS, 0),
+    ([(1, ("ps",)), (2, ())], PS, 1),
+    ([(1, ("worker",)), (1, ())], RoleCounts(chief=True), 1),
+    ([(2, ()), (2, ())], RoleCounts(evaluator=True), 0),  # no chief: worker 0 leads
+])
+def test_the_leader_is_on_the_machine_holding_the_chief_else_worker_0(shapes, counts, rank):
+    round_nodes = nodes(*shapes)
+    assert leader_rank(round_layout(round_nodes, slots_of(round_nodes), counts)[1]) == rank
+
+
+@pytest.mark.parametrize("counts", [None, RoleCounts(chief=True), RoleCounts(chief=True, ps=3, evaluator=True),
+                                    RoleCounts(ps=2)])
+def test_the_roles_a_machine_joins_with_read_back(counts):
+    assert parse_counts(counts_text(counts)) == counts
+
+
+@pytest.mark.parametrize("text", ["ps", "ps=x", "chief;id", "master"])
+def test_other_role_words_are_not_roles(text):
+    with pytest.raises(ValueError):
+        parse_counts(text)
+
+
+# -- the rendezvous ----------------------------------------------------------------------------------------------
+def policy_with(*machines, min_nodes=None):
+    """machines: (slots, pins, layout) each, joined in node-rank order and ready."""
+    n = len(machines)
+    policy = MembershipPolicy(RendezvousSettings(job="j", min_nodes=min_nodes or n, max_nodes=n, after_success=5.0),
+                              now=0.0)
+    refusals = []
+    for i, (slots, pins, layout) in enumerate(machines, start=1):
+        node = Node(i, f"m{i}", f"198.18.0.{i}", slots, i - 1, roles=tuple(pins), layout=layout)
+        refusals.append(policy.on_join(node, "j"))
+        if refusals[-1] is None:
+            policy.on_ready(i, tuple(range(1000 * i, 1000 * i + slots)), None)
+    return policy, refusals
+
+
+def test_a_machine_with_other_roles_is_refused_naming_both():
+    _, refusals = policy_with((2, (), "chief,ps=1"), (1, (), "chief,ps=2"))
+    assert refusals[0] is None
+    reason, status = refusals[1]
+    assert status == 2 and "roles differ" in reason and "ps 1" in reason and "ps 2" in reason
+
+
+def test_the_round_carries_each_machine_s_slots_and_pins():
+    policy, _ = policy_with((2, (), "chief,ps=1"), (1, ("ps",), "chief,ps=1"))
+    (start,) = policy.tick(1.0)
+    assert isinstance(start, StartRound)
+    assert [(n[0], n[3], list(n[4])) for n in start.nodes] == [(0, 2, []), (1, 1, ["ps"])]
+
+
+def test_the_success_of_the_machine_holding_the_chief_ends_the_job_not_node_rank_0_s():
+    policy, _ = policy_with((1, ("ps",), "chief,ps=1"), (2, (), "chief,ps=1"))
+    policy.tick(1.0)
+    policy.on_exited(1, 0, "succeeded", None, "", now=2.0)  # node rank 0 holds only the parameter server
+    assert policy.phase is Phase.RUNNING
+    policy.on_exited(2, 0, "succeeded", 120, "", now=3.0)
+    assert policy.phase is Phase.FINISHING
+
+
+def test_roles_that_do_not_fit_end_the_job_with_one_line_and_exit_2():
+    policy, _ = policy_with((1, ("worker",), "chief,ps=1"), (1, ("worker",), "chief,ps=1"))
+    (finish,) = policy.tick(1.0)
+    assert isinstance(finish, Finish) and finish.status == 2 and "no free slot for chief:0" in finish.report
+
+
+@pytest.mark.parametrize("field, value", [("roles", ["boss"]), ("roles", ["ps", "ps"]), ("roles", "ps"),
+                                          ("layout", "ps=x"), ("layout", ["chief"])])
+def test_a_join_with_other_role_words_is_a_protocol_error(field, value):
+    from tfdist.launch.elastic import messages as M
+
+    join = {"job": "j", "name": "m", "address": "198.18.0.1", "slots": 1, field: value}
+    with pytest.raises(M.ProtocolError, match=field):
+        M.Join.check(join)
+    assert M.Join.check({**join, "roles": ["ps"], "layout": "chief,ps=1"}).roles == ["ps"]
