@@ -1,12 +1,14 @@
 """What the authenticated rendezvous costs: the handshake (connect to welcome) and a machine's join to its first
 round, against the rendezvous before it (commit BASELINE, c69331f), in the same run.
 
-One long-lived process per tree (that tree's sources first on the path, its own server and agent-side link on
-loopback, the server in the same process as the agent, as on the machine that serves the endpoint); the two take
-turns, a short batch each, many times, so that both see the same load on a shared machine; each batch's result is
-a median, and the figure is the median of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the
-load average before and after, and a floor: a plain TCP connect plus N round trips to a thread-per-connection
-echo server in the same process (the authenticated join needs one round trip more than the plain one).
+One long-lived process per tree (that tree's sources first on the path, its own servers and agent-side links on
+loopback); connect to welcome is measured twice: against a server in the agent's own process (the machine that
+serves the endpoint joins itself; the two sides share one interpreter lock) and against a server in a second
+process of the same tree (how the other machines join). The trees take turns, a short batch each, many times, so
+that both see the same load on a shared machine; each batch's result is a median, and each figure is the median
+of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the load average before and after, and a
+floor: a plain TCP connect plus N round trips to a thread-per-connection echo server in the same process (the
+authenticated join needs one round trip more than the plain one).
 
     python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline-tree DIR]
 
@@ -31,7 +33,8 @@ BASELINE = "c69331f"
 # One tree's worker: reads commands ("joins N", "starts M", "floor N K") on stdin, answers each with one JSON line
 # (median milliseconds). Joins go to one server kept for the whole run; each job start has its own server.
 WORKER = r"""
-import json, socket, statistics, sys, threading, time
+import json, os, socket, statistics, sys, threading, time
+WORKER_SOURCE = os.environ["RDZV_BENCH_WORKER"]
 try:
     from tfdist.launch.elastic.server import RendezvousServer
     from tfdist.launch.elastic.membership import RendezvousSettings as Settings
@@ -114,14 +117,24 @@ def floor(count, trips, port):
 
 server = RendezvousServer(Settings(job="bench", min_nodes=10**6, max_nodes=10**6, rdzv_timeout=1e6), "127.0.0.1", 0,
                           **secret).start()
+if sys.argv[1:] == ["server"]:  # the rendezvous alone, for agents in another process (as on other machines)
+    print(server.address[1], flush=True)
+    sys.stdin.read()
+    sys.exit(0)
+import subprocess
+other = subprocess.Popen([sys.executable, "-c", WORKER_SOURCE, "server"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+remote = int(other.stdout.readline())
 port, echo = server.address[1], echo_server()
 print("ready", flush=True)
 for line in sys.stdin:
     what, *numbers = line.split()
     numbers = [int(n) for n in numbers]
-    value = (joins(numbers[0], port) if what == "joins" else starts(numbers[0]) if what == "starts"
-             else floor(numbers[0], numbers[1], echo))
+    value = (joins(numbers[0], port) if what == "joins" else joins(numbers[0], remote) if what == "rjoins"
+             else starts(numbers[0]) if what == "starts" else floor(numbers[0], numbers[1], echo))
     print(json.dumps(value), flush=True)
+other.stdin.close()
+other.wait(timeout=30)
 """
 
 
@@ -129,7 +142,7 @@ class Worker:
     """One tree's long-lived measuring process."""
 
     def __init__(self, tree: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "RDZV_BENCH_WORKER": WORKER}
         self.tree = tree
         self.proc = subprocess.Popen([PYTHON, "-c", WORKER], env=env, cwd=tree, text=True, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -177,28 +190,32 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
         trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
         workers = {name: Worker(tree) for name, tree in trees.items()}
-        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "starts": [], "floor1": [], "floor2": []}
+        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "starts": [], "floor1": [], "floor2": []}
                                                     for name in workers}
         try:
             for name, worker in workers.items():  # warm-up turn, not counted
                 worker.ask(f"joins {args.joins}")
+                worker.ask(f"rjoins {args.joins}")
             for turn in range(args.turns):
                 order = list(workers.items()) if turn % 2 == 0 else list(reversed(workers.items()))
                 for name, worker in order:
                     seen[name]["joins"].append(worker.ask(f"joins {args.joins}"))
+                    seen[name]["rjoins"].append(worker.ask(f"rjoins {args.joins}"))
                     seen[name]["floor1"].append(worker.ask(f"floor {args.joins} 1"))
                     seen[name]["floor2"].append(worker.ask(f"floor {args.joins} 2"))
                     if args.starts:
                         seen[name]["starts"].append(worker.ask(f"starts {args.starts}"))
-                print(f"  turn {turn + 1}: connect to welcome baseline {seen['baseline']['joins'][-1]:.3f} ms, "
-                      f"trust {seen['trust']['joins'][-1]:.3f} ms", flush=True)
+                print(f"  turn {turn + 1}: connect to welcome (server in process / in another process) baseline "
+                      f"{seen['baseline']['joins'][-1]:.3f} / {seen['baseline']['rjoins'][-1]:.3f} ms, trust "
+                      f"{seen['trust']['joins'][-1]:.3f} / {seen['trust']['rjoins'][-1]:.3f} ms", flush=True)
         finally:
             for worker in workers.values():
                 worker.close()
     print(f"{args.turns} turns x ({args.joins} joins, {args.starts} job starts) per tree, alternating; "
           f"load average after: {load()}")
     base, new = seen["baseline"], seen["trust"]
-    rows = [("connect to welcome", "joins")] + ([("join to first round", "starts")] if args.starts else [])
+    rows = [("connect to welcome, server in the agent's process", "joins"),
+            ("connect to welcome, server in another process", "rjoins")] + ([("join to first round", "starts")] if args.starts else [])
     for label, key in rows:
         print(f"{label}: baseline {median(base[key]):.3f} ms, trust {median(new[key]):.3f} ms, "
               f"median ratio {median_ratio(new[key], base[key]):.3f} (goal <= 1.05)")

@@ -107,19 +107,22 @@ class RendezvousLink:
             raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
                           "(another program on the port, another job, or a different secret)",
                           int(ExitStatus.USAGE))
-        # The reader starts now and reads the welcome itself, so its start overlaps the round trip. The writer
-        # (which also sends the keep-alives) is held until the welcome, as the old keep-alive thread started then.
+        # The writer (which also sends the keep-alives) starts now, held until the welcome, so that its start
+        # overlaps the wait; this thread reads the welcome itself (a hand-off from a reader thread cost more than
+        # it saved) and starts the reader after it, as the protocol before authentication did.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
-        inbox: queue.Queue[M.Message | None] = queue.Queue()
-        threading.Thread(target=self._read, args=(channel, inbox), daemon=True, name="rdzv-read").start()
         try:
-            answer = inbox.get(timeout=patience)
-        except queue.Empty:
+            # The socket times out after `patience`; a deadline before that ends the wait at that first timeout.
+            answer = channel.receive(deadline=time.monotonic() + patience / 2)
+        except TimeoutError:
             channel.close()
             raise TimeoutError(f"the rendezvous at {self.where} did not answer the join within {patience:g}s") \
                 from None
+        except (OSError, M.ProtocolError, auth.AuthError) as bad:
+            channel.close(f"{bad}" or type(bad).__name__)
+            answer = None
         if not isinstance(answer, M.Welcome):
             channel.close()
             if isinstance(answer, M.Refused):
@@ -130,7 +133,8 @@ class RendezvousLink:
             raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
         self.channel = channel
         self._last_heard = time.monotonic()
-        self._messages = inbox
+        self._messages = queue.Queue()
+        threading.Thread(target=self._read, args=(channel, self._messages), daemon=True, name="rdzv-read").start()
         channel.release()
 
     def _read(self, channel: P.Channel, inbox: queue.Queue) -> None:

@@ -159,7 +159,7 @@ class Channel:
                 self.close("sending to it failed or missed its deadline" if isinstance(bad, OSError) else str(bad))
                 return
 
-    def _receive_exactly(self, count: int, first: bool) -> bytes:
+    def _receive_exactly(self, count: int, first: bool, deadline: float | None) -> bytes:
         chunks, have = [], 0
         while have < count:
             try:
@@ -167,6 +167,8 @@ class Channel:
             except socket.timeout:
                 if self.closed:
                     raise Closed() from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError("no message in time") from None
                 continue
             if not chunk:
                 if first and have == 0:
@@ -177,12 +179,13 @@ class Channel:
             first = False
         return b"".join(chunks)
 
-    def receive(self) -> Message | None:
-        """The next message, or None once the connection closed. Raises ProtocolError, AuthError, OSError."""
+    def receive(self, deadline: float | None = None) -> Message | None:
+        """The next message, or None once the connection closed. Raises ProtocolError, AuthError, OSError;
+        TimeoutError once ``deadline`` (monotonic; checked each time the socket's timeout passes) has passed."""
         first = [True]
 
         def receive(count: int) -> bytes:
-            data = self._receive_exactly(count, first[0])
+            data = self._receive_exactly(count, first[0], deadline)
             first[0] = False
             return data
 
