@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from tests.integration.multilib import SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values
-from tests.integration.netns import Machines, why_no_namespaces
+from tests.integration.multilib import (
+    DIGITS, FAST, SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values,
+)
+from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 from tfdist.protocol import read_heartbeat
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
@@ -94,4 +96,24 @@ def test_a_killed_parameter_server_restarts_the_job_from_its_checkpoint(tmp_path
         assert "round 1: started" in agents[0].err and ROLES in agents[0].err
         assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
         assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
+    assert machines.existing() == []
+
+
+@pytest.mark.skipif(why_no_sshd() is not None, reason=str(why_no_sshd()))
+def test_a_host_file_places_the_roles_and_pins_the_parameter_server(tmp_path):
+    with Machines(3, ssh=True) as machines:
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
+                            f"{machines.address(3)} slots=2\n")
+        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", "--evaluator", *FAST,
+                                     "--node-timeout", "6", "--", DIGITS, *SCRIPT_ARGS,
+                                     "--model-dir", str(tmp_path / "model")], tmp_path).start()
+        code = driver.wait(timeout=600)
+        text = driver.out + driver.err
+        assert code == 0, text[-5000:]
+        _check_completed(text)
+        # The evaluator sat beside the chief (the first machine with a free slot) and scored the final model.
+        assert float(task_values(text, "evaluator_accuracy")["node0 evaluator:0"]) >= 0.85
+        assert "roles: node0: chief:0 evaluator:0; node1: ps:0; node2: worker:0 worker:1" in text
+        assert [p for i in (1, 2, 3) for p in machines.pids(i) if p not in machines.sshd_pids()] == []
     assert machines.existing() == []

@@ -76,7 +76,9 @@ def strategy(*, memory_growth: bool = True, info: ClusterInfo | None = None) -> 
     check_keras_for_strategy(info.is_distributed)
     gpus = configure_devices(memory_growth)
 
-    if info.num_ps:
+    # The evaluator is outside the cluster spec: under ParameterServerStrategy it would try to start the chief's
+    # server (and fail to bind its port, or take it); it evaluates checkpoints on its own devices instead.
+    if info.num_ps and info.task_type != "evaluator":
         if info.task_type in ("worker", "ps"):
             _serve_forever(info)
         from tfdist.runtime.cluster_resolver import tf_cluster_resolver
