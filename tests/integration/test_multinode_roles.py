@@ -4,6 +4,7 @@ parameter server (--node-roles ps). Real TensorFlow; every process and namespace
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -47,8 +48,9 @@ def _pid_of(machines: Machines, machine: int, task_type: str) -> int:
     raise AssertionError(f"no {task_type} task on machine {machine}")
 
 
-def _wait_for_chief_step(tmp_path, round_: int, step: int, agents: list[Agent], timeout: float = 400) -> int:
-    path = os.path.join(tmp_path / "logs1", f"attempt-{round_}", "chief-0.heartbeat")
+def _wait_for_chief_step(tmp_path, round_: int, step: int, agents: list[Agent], timeout: float = 400,
+                         logs: str = "logs1") -> int:
+    path = os.path.join(tmp_path / logs, f"attempt-{round_}", "chief-0.heartbeat")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         beat = read_heartbeat(path)
@@ -116,4 +118,36 @@ def test_a_host_file_places_the_roles_and_pins_the_parameter_server(tmp_path):
         assert float(task_values(text, "evaluator_accuracy")["node0 evaluator:0"]) >= 0.85
         assert "roles: node0: chief:0 evaluator:0; node1: ps:0; node2: worker:0 worker:1" in text
         assert [p for i in (1, 2, 3) for p in machines.pids(i) if p not in machines.sshd_pids()] == []
+    assert machines.existing() == []
+
+
+@pytest.mark.skipif(why_no_sshd() is not None, reason=str(why_no_sshd()))
+def test_the_parameter_server_s_machine_lost_then_back_restarts_the_job_from_its_checkpoint(tmp_path):
+    with Machines(3, ssh=True) as machines:
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
+                            f"{machines.address(3)} slots=1\n")
+        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", *FAST, "--node-timeout", "6",
+                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
+                                     "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model")],
+                       tmp_path).start()
+        _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
+        machines.cut(2)
+        for pid in [p for p in machines.pids(2) if p not in machines.sshd_pids()]:  # the machine goes down
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        driver.wait_for(r"host 198\.18\.0\.2 lost: probing it over ssh again", timeout=120)
+        machines.reconnect(2)
+        code = driver.wait(timeout=600)
+        text = driver.out + driver.err
+        assert code == 0, text[-5000:]
+        _check_completed(text)
+        assert "lost machines: 198.18.0.2" in text
+        # A fixed cluster: every round had all 3 machines, the parameter server back on its pinned host.
+        sizes = [int(w) for w in re.findall(r"round \d+: (\d+) machine\(s\)", driver.err)]
+        assert len(sizes) >= 2 and set(sizes) == {3}, sizes
+        assert text.count("roles: node0: chief:0 worker:0; node1: ps:0; node2: worker:1") >= 6  # 3 agents x 2 rounds
+        assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
     assert machines.existing() == []
