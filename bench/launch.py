@@ -9,7 +9,10 @@
     ``fit`` (after a warm-up fit), so imports and start-up do not blur the per-step cost; median ratio (goal: within
     the rounds' own spread).
 
-    .venv/bin/python bench/launch.py [--rounds 5] [--epochs 2] [--steps 30] [--only bootstrap]
+    .venv/bin/python bench/launch.py [--rounds 5] [--epochs 2] [--steps 30] [--only e2e,teardown,bootstrap,flight]
+
+--only e2e,teardown runs what this script measured before (c) and (d) existed; bench/side_by_side.py uses it to
+compare (a) and (b) with an older commit's copy of this script.
 """
 from __future__ import annotations
 
@@ -90,10 +93,11 @@ def _wait_for_training(paths: list[Path], timeout: float = 120) -> None:
 
 
 def teardown_after_kill_tfdist() -> float:
-    """SIGKILL worker 1 while training; time until every task of the group is gone."""
+    """SIGKILL worker 1 while training; time until every task of the group is gone. --max-restarts 0: the launcher
+    then exits (the default budget became 3 after c69331f; with it the group restarts and trains 50 epochs on)."""
     with tempfile.TemporaryDirectory() as tmp:
         launcher = subprocess.Popen(
-            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--",
+            [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "0", "--log-dir", f"{tmp}/logs", "--",
              *script_args(f"{tmp}/m", 50, 100), "--step-delay", "0.01"],
             env=QUIET_TF, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         beats = [Path(tmp, "logs", "attempt-0", f"worker-{i}.heartbeat") for i in (0, 1)]
@@ -214,6 +218,17 @@ def flight_cost(rounds: int, calls: int = 2000) -> float:
     return ratio
 
 
+PARTS = ("e2e", "teardown", "bootstrap", "flight")  # (a), (b), (c), (d)
+
+
+def parts(text: str) -> list[str]:
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in wanted if part not in PARTS]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(f"unknown part {unknown or text!r}; choose from {','.join(PARTS)}")
+    return wanted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -221,32 +236,32 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--raw-cap", type=float, default=60.0)
     parser.add_argument("--plain-steps", type=int, default=300, help="(c): steps of the timed plain fit")
-    parser.add_argument("--only", choices=["bootstrap", "flight"], help="run only part (c) or (d)")
+    parser.add_argument("--only", type=parts, default=list(PARTS),
+                        help="comma-separated parts to run: e2e (a), teardown (b), bootstrap (c), flight (d); "
+                             "default all")
     args = parser.parse_args()
-    if args.only == "flight":
-        print(json.dumps({"flight_watch_poll_ratio": flight_cost(args.rounds)}))
-        return
-    if args.only == "bootstrap":
-        print(json.dumps({"bootstrap_ratio": bootstrap_cost(args.rounds, args.plain_steps)}))
-        return
-
-    print(f"(a) end-to-end, {args.rounds} alternating rounds, digits {args.epochs}x{args.steps} steps on 2 workers")
-    wall = alternate(args.rounds, [("tfdist", lambda: run_tfdist(args.epochs, args.steps)),
-                                   ("shell", lambda: run_shell(args.epochs, args.steps))])
-    ratio = median_ratio(wall["tfdist"], wall["shell"])
-    print(f"    median tfdist {median(wall['tfdist']):.2f}s, shell {median(wall['shell']):.2f}s, "
-          f"median ratio {ratio:.3f} (goal <= 1.05)")
-
-    print(f"(b) SIGKILL of worker 1 -> whole group torn down, {args.rounds} rounds")
-    teardown = [teardown_after_kill_tfdist() for _ in range(args.rounds)]
-    print(f"    tfdist: median {median(teardown):.3f}s, max {max(teardown):.3f}s (goal <= 1 s)")
-    raw = survivor_notices_raw(args.raw_cap)
-    raw_text = f"{raw:.1f}s" if raw != float("inf") else f"not within {args.raw_cap:.0f}s"
-    print(f"    raw TF, hand-started pair: the surviving worker exited by itself after {raw_text}; nothing restarts it")
-    bootstrap_ratio = bootstrap_cost(args.rounds, args.plain_steps)
-    flight_ratio = flight_cost(args.rounds)
-    print(json.dumps({"e2e_ratio": ratio, "teardown_median_s": median(teardown), "raw_survivor_s": raw,
-                      "bootstrap_ratio": bootstrap_ratio, "flight_watch_poll_ratio": flight_ratio}))
+    summary: dict[str, float] = {}
+    if "e2e" in args.only:
+        print(f"(a) end-to-end, {args.rounds} alternating rounds, digits {args.epochs}x{args.steps} steps on 2 workers")
+        wall = alternate(args.rounds, [("tfdist", lambda: run_tfdist(args.epochs, args.steps)),
+                                       ("shell", lambda: run_shell(args.epochs, args.steps))])
+        summary["e2e_ratio"] = median_ratio(wall["tfdist"], wall["shell"])
+        print(f"    median tfdist {median(wall['tfdist']):.2f}s, shell {median(wall['shell']):.2f}s, "
+              f"median ratio {summary['e2e_ratio']:.3f} (goal <= 1.05)")
+    if "teardown" in args.only:
+        print(f"(b) SIGKILL of worker 1 -> whole group torn down, {args.rounds} rounds")
+        teardown = [teardown_after_kill_tfdist() for _ in range(args.rounds)]
+        print(f"    tfdist: median {median(teardown):.3f}s, max {max(teardown):.3f}s (goal <= 1 s)")
+        raw = survivor_notices_raw(args.raw_cap)
+        raw_text = f"{raw:.1f}s" if raw != float("inf") else f"not within {args.raw_cap:.0f}s"
+        print(f"    raw TF, hand-started pair: the surviving worker exited by itself after {raw_text}; "
+              "nothing restarts it")
+        summary.update(teardown_median_s=median(teardown), raw_survivor_s=raw)
+    if "bootstrap" in args.only:
+        summary["bootstrap_ratio"] = bootstrap_cost(args.rounds, args.plain_steps)
+    if "flight" in args.only:
+        summary["flight_watch_poll_ratio"] = flight_cost(args.rounds)
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
