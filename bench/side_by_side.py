@@ -23,8 +23,9 @@ Differences: the current recovery.py also prints load-average lines (ignored her
 (newest heartbeat of any task after teardown, not clamped; c69331f: worker 1's heartbeat just before the fault,
 clamped at 0), so steps_lost is marked as not comparable when the two copies differ in that way.
 
-This is a bench, not a test. The machine should be otherwise quiet; one round takes about 3-4 min for launch and
-1.5-2 min per kind for recovery on an idle 2-core machine (both sides together).
+This is a bench, not a test: run it on an otherwise quiet machine. A round is one call per side. Seen on the shared
+2-core machine under a load average of 10-20 (others' tests running): one launch call 5-6.5 min, one recovery call
+with --kinds kill 5.5-6 min (each further kind adds roughly as much again); an idle machine is faster.
 
     /work/main/.venv/bin/python bench/side_by_side.py launch [--rounds 5] [--baseline c69331f]
     /work/main/.venv/bin/python bench/side_by_side.py recovery [--rounds 5] [--kinds kill,hang] [--hang-timeout 5]
