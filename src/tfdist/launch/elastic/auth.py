@@ -160,8 +160,12 @@ def server_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSH
     agent_nonce = hello[len(MAGIC):]
     server_nonce = secrets.token_bytes(NONCE)
     _send_before(sock, server_nonce + _proof(secret, b"server", agent_nonce, server_nonce), deadline)
+    # Worked out while the agent's answer travels, not after it: the proof to expect and the keys (used only
+    # once that proof checked out).
+    expected = _proof(secret, b"agent", agent_nonce, server_nonce)
+    session = Session(secret, agent_nonce, server_nonce, is_server=True)
     proof = receive_exactly(sock, MAC, deadline)
-    if not hmac.compare_digest(proof, _proof(secret, b"agent", agent_nonce, server_nonce)):
+    if not hmac.compare_digest(proof, expected):
         raise AuthError("the agent did not prove the job secret")
     sock.settimeout(None)
-    return Session(secret, agent_nonce, server_nonce, is_server=True)
+    return session
