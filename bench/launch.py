@@ -179,7 +179,7 @@ def flight_cost(rounds: int, calls: int = 2000) -> float:
     _sys.path.insert(0, str(REPO / "src"))
     from tfdist.launch.flight import watch
     from tfdist.launch.local.group import TaskGroup
-    from tfdist.launch.process.spawn import Console
+    from tfdist.launch.console.task_output import Console
     from tfdist.protocol import Command, TaskPlan
 
     print(f"(d) flight recorder's watch vs none, {rounds} alternating rounds of {calls} polls of 2 tasks")

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from tfdist.launch.process.spawn import Console
+from tfdist.launch.console.task_output import Console
 from tfdist.launch.console.tflog import choose_level, hidden
 
 # As TensorFlow 2.21 (the `tensorflow` wheel, no GPU) prints them: the block before absl's initialisation comes

@@ -128,7 +128,7 @@ def run_single(options: LaunchOptions) -> int:
                   "talk to the tasks", file=sys.stderr)
 
     from tfdist.launch.outcome import Cause, render_report, render_success
-    from tfdist.launch.process.spawn import Console
+    from tfdist.launch.console.task_output import Console
     from tfdist.launch.process.reaper import become_subreaper
     from tfdist.launch.local.supervisor import Supervisor
     from tfdist.launch.console.tflog import LEVEL_VARIABLE

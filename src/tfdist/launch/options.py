@@ -24,7 +24,9 @@ from tfdist.errors import UsageError
 
 if TYPE_CHECKING:
     from tfdist.launch.elastic.agent import AgentSpec
+    from tfdist.launch.elastic.etcd_store import EtcdConf
     from tfdist.launch.elastic.membership_types import RendezvousSettings
+    from tfdist.launch.elastic.node_group import TaskOptions
     from tfdist.launch.spec import LaunchSpec
     from tfdist.protocol import Command
 
@@ -139,7 +141,8 @@ class LaunchOptions:
                                           restart_window=self.restart_window, backoff=self.backoff)
 
     def to_agent_spec(self, command: Command, *, job: str, secret: bytes, legacy_keras: bool,
-                      versions: Mapping[str, str] | None = None, etcd: Any = None, tasks: Any = None) -> AgentSpec:
+                      versions: Mapping[str, str] | None = None, etcd: EtcdConf | None = None,
+                      tasks: TaskOptions | None = None) -> AgentSpec:
         """This machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``). ``job`` and ``secret``: as
         read from ``--rdzv-secret-file``/``--rdzv-id`` by the CLI; ``etcd``: the parsed ``--rdzv-conf`` of the etcd
         backend (its first endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""

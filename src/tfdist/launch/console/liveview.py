@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TextIO
 
 from tfdist.launch.console import progress, runs
 from tfdist.launch.console.terminal import PinnedLines
+from tfdist.launch.outcome import RunState
 
 REDRAW_INTERVAL_S = 0.5  # at most two redraws a second
 
@@ -175,7 +176,7 @@ class LiveView:
     """Samples the run folder every :data:`REDRAW_INTERVAL_S` and, when given a terminal, redraws the lines."""
 
     def __init__(self, log_dir: str, run_id: str, started_at: float, *, pinned: PinnedLines | None = None,
-                 group_state: Any = None, interval_s: float = REDRAW_INTERVAL_S) -> None:
+                 group_state: Callable[[], str] | None = None, interval_s: float = REDRAW_INTERVAL_S) -> None:
         self.log_dir = log_dir
         self.run_id = run_id
         self.started_at = started_at
@@ -259,7 +260,7 @@ def wants_live(stream: TextIO, environ: Mapping[str, str]) -> bool:
 FINAL_STATES = ("succeeded", "preempted", "interrupted")  # any other ending is "failed"
 
 
-def final_state(result: Any) -> str | None:
+def final_state(result: object) -> str | None:
     """How a launch ended, from its :class:`~tfdist.launch.outcome.LaunchResult` (None while nothing ended)."""
     cause = getattr(result, "cause", None)
     if cause is None:
@@ -291,14 +292,14 @@ class Watched(Protocol):
 
     run_id: str
     log_dir: str
-    before_log_cleanup: Callable[[], Any] | None
+    before_log_cleanup: Callable[[], object] | None
 
     @property
     def spec(self) -> WatchedSpec: ...
     @property
-    def state(self) -> Any: ...
+    def state(self) -> RunState | str: ...
     @property
-    def result(self) -> Any: ...
+    def result(self) -> object: ...
 
 
 def _live_state(supervisor: Watched) -> str:

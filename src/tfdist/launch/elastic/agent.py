@@ -17,7 +17,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfdist.launch.elastic import machine_run
 from tfdist.launch.elastic.membership import RendezvousSettings
@@ -39,6 +39,10 @@ from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
 from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
+
+if TYPE_CHECKING:
+    from tfdist.launch.elastic.etcd_store import EtcdConf
+    from tfdist.observability.launcher_metrics import LauncherMetrics
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class AgentSpec:
     watch_stdin: bool = False
     versions: dict[str, str] = field(default_factory=dict)
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
-    etcd: Any = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
+    etcd: EtcdConf | None = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
     secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
     restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
     backoff: float = 0.0
@@ -104,8 +108,8 @@ class Agent:
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
         self.state = "starting"
         self.result: machine_run.AgentResult | None = None
-        self.before_log_cleanup: Any = None  # the live view's last look before a temporary folder goes
-        self.metrics: Any = None  # LauncherMetrics with --launcher-metrics-port
+        self.before_log_cleanup: Callable[[], object] | None = None  # the live view's last look before a temporary folder goes
+        self.metrics: LauncherMetrics | None = None  # with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
 

@@ -7,10 +7,15 @@ import os
 import shutil
 import signal
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tfdist.launch.outcome import Cause
 from tfdist.status import ExitStatus
+
+if TYPE_CHECKING:
+    from tfdist.launch.seams import TaskMetrics
+    from tfdist.observability.launcher_metrics import LauncherMetrics
+    from tfdist.protocol import TaskPlan
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ def cause_of(status: int) -> Cause:
     return Cause.TASK_FAILED
 
 
-def start_metrics(port: int | None, job_name: str, host: str, say: Callable[[str], None]) -> Any:
+def start_metrics(port: int | None, job_name: str, host: str,
+                  say: Callable[[str], None]) -> LauncherMetrics | None:
     """The agent's LauncherMetrics served on ``port`` (None without ``--launcher-metrics-port``)."""
     if port is None:
         return None
@@ -43,14 +49,14 @@ def start_metrics(port: int | None, job_name: str, host: str, say: Callable[[str
     return metrics
 
 
-def set_task_states(metrics: Any, plans: Iterable[Any], state: str) -> None:
+def set_task_states(metrics: TaskMetrics | None, plans: Iterable[TaskPlan], state: str) -> None:
     if metrics is not None:
         for plan in plans:
             metrics.set_task_state(plan.task_type, plan.task_index, state)
 
 
 def clean_up_folder(log_dir: str, *, temporary: bool, result: AgentResult | None,
-                    last_look: Callable[[], Any] | None, say: Callable[[str], None]) -> None:
+                    last_look: Callable[[], object] | None, say: Callable[[str], None]) -> None:
     """Remove a temporary run folder as the single-machine launcher does: kept after a failure (its logs are the
     evidence), removed otherwise, after the live view's last look (``last_look``); a folder where no round ran (the
     agent was refused, or never joined) holds no evidence and goes too."""

@@ -22,7 +22,7 @@ from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_gro
                                         stopped_outcome, stopping)
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
-from tfdist.launch.process.spawn import Console
+from tfdist.launch.console.task_output import Console
 from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, TaskPlan, read_modules
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus

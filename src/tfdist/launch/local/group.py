@@ -13,7 +13,8 @@ import psutil
 from tfdist.launch.console.tflog import hidden
 from tfdist.launch.local.clues import unhealthy_peers
 from tfdist.launch.outcome import TaskFailure
-from tfdist.launch.process.spawn import Console, TaskProcess, activate, spawn, stop_all
+from tfdist.launch.process.spawn import TaskProcess, activate, spawn, stop_all
+from tfdist.launch.seams import OutputSink
 from tfdist.protocol import HeartbeatRecord, TaskPlan, read_error, read_heartbeat
 from tfdist.launch.flight.watch import QuietWatch
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
@@ -39,7 +40,7 @@ class TaskGroup:
     """
 
     def __init__(self, plans: Sequence[TaskPlan], *, attempt: int, attempt_dir: str, base_env: Mapping[str, str],
-                 console: Console, spares: SparePool | None = None) -> None:
+                 console: OutputSink, spares: SparePool | None = None) -> None:
         self.plans = list(plans)
         self.attempt = attempt
         self.attempt_dir = attempt_dir

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tfdist.errors import UsageError
+
+if TYPE_CHECKING:
+    from tfdist.launch.spec import LaunchSpec
 
 MAX_PORT = 65535
 
@@ -84,7 +87,7 @@ def ports_from_base(base: int, count: int, host: str = "127.0.0.1") -> list[int]
         raise
 
 
-def check_ports(spec: Any, tasks: int, *, launcher: bool = False) -> None:
+def check_ports(spec: LaunchSpec, tasks: int, *, launcher: bool = False) -> None:
     """Every port the job will need, checked before the first task starts: the task ports (--port-base), the tasks'
     metrics ports, and with ``launcher`` the launcher's own metrics port.
 

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import psutil
 
@@ -32,7 +32,8 @@ from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.snapshot import GroupSnapshot
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, RunState, repeated_failure
 from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
-from tfdist.launch.process.spawn import Console
+from tfdist.launch.console.task_output import Console
+from tfdist.launch.seams import OutputSink, TaskMetrics
 from tfdist.protocol import TaskPlan, read_modules
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.local.restart import RestartPolicy
@@ -61,22 +62,22 @@ class Supervisor:
     """
 
     def __init__(self, spec: LaunchSpec, *, environ: Mapping[str, str] | None = None, legacy_keras: bool = False,
-                 console: Console | None = None, metrics: Any = None, contain: bool = True) -> None:
+                 console: OutputSink | None = None, metrics: TaskMetrics | None = None, contain: bool = True) -> None:
         self.spec = spec
         self.environ = dict(os.environ if environ is None else environ)
         self.legacy_keras = legacy_keras
         self.run_id = uuid.uuid4().hex[:12]
         self._temporary_logs = spec.log_dir is None
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
-        self.console = console or Console(enabled=spec.tee or spec.log_dir is None)
+        self.console: OutputSink = console or Console(enabled=spec.tee or spec.log_dir is None)
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
         self.state = RunState.STARTING  # read by the live view; how the run ended is ``result``
-        self.before_log_cleanup: Callable[[], Any] | None = None  # the live view's last look (liveview.watch)
+        self.before_log_cleanup: Callable[[], object] | None = None  # the live view's last look (liveview.watch)
         self.metrics = metrics
         self.contain = contain
         self.stops = StopRequests()
         self.stops.saving = self._who_saves
-        self._seen: Any = None  # the group's last snapshot
+        self._seen: GroupSnapshot | None = None  # the group's last snapshot
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -273,7 +274,7 @@ class Supervisor:
     def _spares_wanted(self) -> bool:
         return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
 
-    def _maybe_start_spares(self, group: TaskGroup, snapshot: Any) -> None:
+    def _maybe_start_spares(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
         """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
         with the group's own start, restore and first (traced) step; or after ``timeouts.spares_after``, for scripts
         that send no heartbeats."""
@@ -336,7 +337,7 @@ class Supervisor:
                 self.before_log_cleanup()
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
-    def _event(self, name: str, **fields: Any) -> None:
+    def _event(self, name: str, **fields: object) -> None:
         """One line of ``events.jsonl`` in the log folder: what the launcher did when (wall clock), for the live view
         and bench/recovery.py's breakdown of a restart."""
         line = json.dumps({"time": time.time(), "event": name, **fields})

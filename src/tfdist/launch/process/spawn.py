@@ -1,4 +1,5 @@
 """Starting task processes, pumping their output, and stopping them. No restart policy here (see supervisor.py).
+Nothing here prints: output lines and notices go to the :class:`~tfdist.launch.seams.OutputSink` the caller passes.
 
 Each task runs in its own session and process group, so one ``killpg`` reaches everything it started. A task also
 asks the kernel to kill it when the launcher dies (``PR_SET_PDEATHSIG``), so not even ``kill -9`` of the launcher
@@ -12,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping
 
 from tfdist.launch.local.taskenv import TaskPlan
-from tfdist.launch.console.tflog import console_level, hidden
+from tfdist.launch.seams import OutputSink
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -34,39 +34,6 @@ def _die_with_launcher(launcher_pid: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
-
-
-class Console:
-    """Serialises prefixed lines from many tasks onto the launcher's stdout/stderr."""
-
-    def __init__(self, enabled: bool = True, out: IO[str] | None = None, err: IO[str] | None = None,
-                 tf_log_level: int | None = None) -> None:
-        self.enabled = enabled
-        self.out = out
-        self.err = err
-        # TensorFlow's C++ lines below the tasks' TF_CPP_MIN_LOG_LEVEL stay in the log files only (see tflog).
-        self.tf_log_level = console_level(os.environ) if tf_log_level is None else tf_log_level
-        self._lock = threading.Lock()
-
-    def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
-        if not self.enabled or hidden(line, self.tf_log_level):
-            return
-        stream = (self.err or sys.stderr) if to_stderr else (self.out or sys.stdout)
-        with self._lock:
-            try:
-                stream.write(f"{prefix} {line}")
-                stream.flush()
-            except (OSError, ValueError):
-                self.enabled = False
-
-    def notice(self, line: str) -> None:
-        """A launcher message about the output itself: always on stderr, even when task output is not shown."""
-        with self._lock:
-            try:
-                (self.err or sys.stderr).write(line + "\n")
-                (self.err or sys.stderr).flush()
-            except (OSError, ValueError):
-                pass
 
 
 @dataclass
@@ -117,10 +84,10 @@ class _Route:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: list[tuple[bytes, bool]] = []
-        self._target: tuple[str, IO[bytes], Console, deque[str]] | None = None
+        self._target: tuple[str, IO[bytes], OutputSink, deque[str]] | None = None
         self.log_error: OSError | None = None
 
-    def attach(self, prefix: str, log: IO[bytes], console: Console, tail: deque[str]) -> None:
+    def attach(self, prefix: str, log: IO[bytes], console: OutputSink, tail: deque[str]) -> None:
         with self._lock:
             self._target = (prefix, log, console, tail)
             pending, self._pending = self._pending, []
@@ -228,7 +195,7 @@ def _popen(command: list[str], env: Mapping[str, str], *, stdin: int) -> subproc
 
 
 def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path: str,
-          console: Console) -> TaskProcess:
+          console: OutputSink) -> TaskProcess:
     """Start one task with ``base_env`` plus its own additions, its output prefixed and logged."""
     env = dict(base_env)
     env.update(plan.environment())
@@ -279,7 +246,7 @@ def spawn_spare(python: str, env: Mapping[str, str], preload: list[str] | None =
     return Spare(popen=popen, route=route, pumps=_start_pumps(popen, route, f"spare-{popen.pid}"))
 
 
-def activate(spare: Spare, plan: TaskPlan, *, attempt: int, log_path: str, console: Console) -> TaskProcess:
+def activate(spare: Spare, plan: TaskPlan, *, attempt: int, log_path: str, console: OutputSink) -> TaskProcess:
     """Turn ``spare`` into ``plan``'s task: send it the task's environment and the script's arguments.
 
     Raises:

@@ -1,0 +1,89 @@
+"""The launcher's seams (issue 19): process code never prints (it reports through the OutputSink it is given), and
+the parts handed to the supervisor, the node group, the agent and the live view are typed by Protocols, not Any."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tfdist.launch.process as process_room
+from tfdist.launch.console import liveview
+from tfdist.launch.elastic import machine_run
+from tfdist.launch.elastic.agent import Agent, AgentSpec
+from tfdist.launch.elastic.node_group import NodeGroup
+from tfdist.launch.local.group import TaskGroup
+from tfdist.launch.local.supervisor import Supervisor
+from tfdist.launch.options import LaunchOptions
+from tfdist.launch.process import spawn
+from tfdist.protocol import Command, TaskPlan
+
+PROCESS_MODULES = sorted(Path(process_room.__file__).parent.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", PROCESS_MODULES, ids=lambda p: p.name)
+def test_process_code_never_prints(path):
+    tree = ast.parse(path.read_text(), str(path))
+    printing = [node.lineno for node in ast.walk(tree)
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print")
+                or (isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr")
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys")]
+    assert printing == [], f"{path.name} prints (lines {printing}): report through the OutputSink instead"
+
+
+SEAMS = [Supervisor.__init__, TaskGroup.__init__, NodeGroup.__init__, spawn.spawn, spawn.activate,
+         machine_run.start_metrics, machine_run.set_task_states, machine_run.clean_up_folder,
+         liveview.LiveView.__init__, liveview.final_state, LaunchOptions.to_agent_spec]
+
+
+@pytest.mark.parametrize("function", SEAMS, ids=lambda f: f.__qualname__)
+def test_no_any_at_the_seams(function):
+    loose = {name: annotation for name, annotation in inspect.signature(function).parameters.items()
+             if "Any" in str(annotation.annotation)}
+    assert loose == {}, f"{function.__qualname__} takes Any: {loose}"
+
+
+def test_no_any_in_what_the_agent_is_given_or_exposes():
+    loose = [f.name for f in dataclasses.fields(AgentSpec) if "Any" in str(f.type)]
+    source = inspect.getsource(Agent.__init__)
+    loose += [line.strip() for line in source.splitlines() if "self." in line and ": Any" in line]
+    assert loose == []
+
+
+class Recorder:
+    """An OutputSink that keeps what it is given."""
+
+    tf_log_level = 0
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, bool]] = []
+        self.notices: list[str] = []
+
+    def write(self, prefix: str, line: str, *, to_stderr: bool) -> None:
+        self.lines.append((prefix, line, to_stderr))
+
+    def notice(self, line: str) -> None:
+        self.notices.append(line)
+
+
+def test_a_tasks_output_goes_to_the_sink_it_was_given(tmp_path, capfd):
+    script = tmp_path / "speak.py"
+    script.write_text("import sys\nprint('to out', flush=True)\nprint('to err', file=sys.stderr, flush=True)\n")
+    plan = TaskPlan(task_type="worker", task_index=0, address="127.0.0.1:1", tf_config="{}",
+                    command=Command(str(script), interpreter=sys.executable), run_id="r", attempt=0, max_restarts=0,
+                    job_name="j", heartbeat_path=str(tmp_path / "h"), error_path=str(tmp_path / "e"))
+    sink = Recorder()
+    proc = spawn.spawn(plan, attempt=0, base_env={"PATH": "/usr/bin:/bin"}, log_path=str(tmp_path / "w.log"),
+                       console=sink)
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() == 0
+    spawn.stop_all([proc], 1.0)  # it has exited: this waits for its output to be read to its end
+    assert ("[worker:0]", "to out\n", False) in sink.lines and ("[worker:0]", "to err\n", True) in sink.lines
+    assert "to out" not in capfd.readouterr().out  # nothing reached the terminal but through the sink
+    assert sorted((tmp_path / "w.log").read_text().splitlines()) == ["to err", "to out"]
