@@ -13,13 +13,23 @@ from typing import Iterator
 
 import pytest
 
-from tests.unit.rdzv_peer import SECRET, VERSIONS, live_server, member, next_of, wait_until
+from tests.unit import rdzv_peer
+from tests.unit.rdzv_peer import SECRET, VERSIONS, keeping_alive, live_server, member, next_of
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.agent import Agent, AgentSpec
 from tfdist.launch.local.ports import free_ports
 from tfdist.launch.outcome import Outcome
 from tfdist.protocol import Command
 from tfdist.status import ExitStatus
+
+
+# Generous deadlines, polled: each agent starts a watcher process and ends with the server's and the watcher's
+# bounded waits, which a machine shared with other test runs may stretch well past their usual second or two.
+DEADLINE_S = 60.0
+
+
+def wait_until(predicate, timeout: float = DEADLINE_S, what: str = "the condition") -> None:
+    rdzv_peer.wait_until(predicate, timeout, what)
 
 
 class FakeGroup:
@@ -69,7 +79,7 @@ class FakeGroup:
         self.calls.append(f"stop graceful={graceful}")
         kill_now = self.given["kill_now"]
         if self.saves_until_killed:
-            wait_until(kill_now, 20, what="kill now")  # type: ignore[arg-type]
+            wait_until(kill_now, what="kill now")  # type: ignore[arg-type]
             self.calls.append("cut short")
         return self.stopped_as
 
@@ -107,11 +117,11 @@ class Machine:
         self.thread.start()
         return self
 
-    def round_group(self, count: int = 1, timeout: float = 10.0) -> FakeGroup:
+    def round_group(self, count: int = 1, timeout: float = DEADLINE_S) -> FakeGroup:
         wait_until(lambda: len(self.groups) >= count, timeout, what=f"round group {count}")
         return self.groups[count - 1]
 
-    def wait(self, timeout: float = 20.0) -> int:
+    def wait(self, timeout: float = DEADLINE_S) -> int:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the agent did not return"
         assert self.escaped is None, self.escaped
@@ -130,7 +140,7 @@ def machines(*running: Machine) -> Iterator[None]:
             if machine.thread.is_alive():
                 machine.signal(signal.SIGTERM)
                 machine.signal(signal.SIGTERM)
-            machine.thread.join(20)
+            machine.thread.join(DEADLINE_S)
 
 
 def _server(**settings: object):
@@ -154,8 +164,9 @@ def test_a_round_starts_the_group_with_the_clusters_workers(tmp_path):
         with machines(machine):
             wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
             peer = member(server, "beta", ports=[20001])
-            round_ = next_of(peer, M.Round)
-            group = machine.round_group()
+            with keeping_alive(peer):
+                round_ = next_of(peer, M.Round, timeout=DEADLINE_S)
+                group = machine.round_group()
             assert group.calls == ["start"]
             assert group.given["workers"] == tuple(round_.workers) and len(round_.workers) == 2
             assert group.given["first_index"] != round_.first_index  # each machine gets its own share
@@ -199,16 +210,17 @@ def test_a_failure_with_restarts_left_starts_the_next_round(tmp_path):
 
 
 def test_a_lost_machine_stops_the_round_at_once_and_the_rest_go_on(tmp_path):
-    with _server(node_timeout=1.0) as server:
-        machine = Machine(tmp_path, server.address[1], node_timeout=1.0).start()
+    with _server() as server:
+        machine = Machine(tmp_path, server.address[1]).start()
         with machines(machine):
             wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
             machine.round_group().is_training = True  # round 0, alone
             wait_until(lambda: machine.groups[0].reported_training, what="training")
             peer = member(server, "beta", ports=[20001])  # grows the job...
-            grown = machine.round_group(2)
-            assert machine.groups[0].calls == ["start", "stop graceful=True"]  # growth saves first
-            assert len(grown.given["workers"]) == 2
+            with keeping_alive(peer):
+                grown = machine.round_group(2)
+                assert machine.groups[0].calls == ["start", "stop graceful=True"]  # growth saves first
+                assert len(grown.given["workers"]) == 2
             peer.close()  # ... then is lost: no collective can finish, the round is stopped at once
             alone = machine.round_group(3)
             assert grown.calls == ["start", "stop graceful=False"] and len(alone.given["workers"]) == 1
@@ -238,7 +250,7 @@ def test_a_second_signal_cuts_the_save_short_and_a_second_ctrl_c_abandons_the_ag
             machine.signal(signal.SIGINT)  # the first Ctrl-C: a graceful stop, the group saves...
             wait_until(lambda: "stop graceful=True" in group.calls, what="the graceful stop")
             machine.signal(signal.SIGINT)  # ... the second kills now and leaves as interrupted
-            machine.thread.join(20)
+            machine.thread.join(DEADLINE_S)
             assert group.calls == ["start", "stop graceful=True", "cut short"]
             assert machine.status == [] and isinstance(machine.escaped, KeyboardInterrupt)
 
@@ -261,9 +273,9 @@ def test_a_signal_where_the_rendezvous_is_served_stops_every_machine_with_the_si
 
 def test_an_agent_with_other_versions_is_refused_and_says_why(tmp_path, capfd):
     with _server(min_nodes=2) as server:
-        member(server, "first")
+        first = member(server, "first")
         machine = Machine(tmp_path, server.address[1], versions={**VERSIONS, "tensorflow": "9"}).start()
-        with machines(machine):
+        with machines(machine), keeping_alive(first):
             assert machine.wait() == int(ExitStatus.USAGE)
         err = capfd.readouterr().err
         assert "refused by the rendezvous" in err and "tensorflow 9" in err
@@ -279,8 +291,8 @@ def test_an_agent_with_a_rank_outside_the_job_is_refused(tmp_path, rank):
 
 
 def test_a_lost_rendezvous_stops_the_group_and_the_agent_gives_up_after_the_rdzv_timeout(tmp_path, capfd):
-    with _server(node_timeout=1.0) as server:
-        machine = Machine(tmp_path, server.address[1], node_timeout=1.0, rdzv_timeout=1.0).start()
+    with _server() as server:
+        machine = Machine(tmp_path, server.address[1], rdzv_timeout=1.0).start()
         with machines(machine):
             group = machine.round_group()
             group.is_training = True
