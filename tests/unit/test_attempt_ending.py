@@ -41,21 +41,24 @@ def test_one_machine(verdict, ps, expected):
 
 ACROSS_MACHINES = [
     # after a success: after_success for the last step plus the grace to print and exit, then a short stop
-    (SUCCEED, Ending(grace=0.1, wait_roles=("worker",), wait_seconds=40.0, wait_cut=WaitCut.KILL_NOW,
-                     drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
-    (PREEMPTED, Ending(grace=30.0, wait_roles=("worker",), wait_seconds=30.0, wait_cut=WaitCut.KILL_NOW,
-                       drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (SUCCEED, False, Ending(grace=0.1, wait_roles=("chief", "worker", "evaluator"), wait_seconds=40.0,
+                            wait_cut=WaitCut.KILL_NOW, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    # under ParameterServerStrategy the workers and parameter servers serve until stopped
+    (SUCCEED, True, Ending(grace=0.1, wait_roles=("chief", "evaluator"), wait_seconds=40.0,
+                           wait_cut=WaitCut.KILL_NOW, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (PREEMPTED, None, Ending(grace=30.0, wait_roles=("worker",), wait_seconds=30.0, wait_cut=WaitCut.KILL_NOW,
+                             drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
     # a hung machine is stopped like a failed one: SIGTERM and a short grace (its peers elsewhere decide the rest)
-    (HUNG, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
-    (FAILED, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
-    (START_FAILED, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (HUNG, None, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (FAILED, None, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
+    (START_FAILED, None, Ending(grace=0.1, drain=OUTPUT_DRAIN_S, grace_if_untrained=UNTRAINED)),
 ]
 
 
-@pytest.mark.parametrize("verdict,expected", ACROSS_MACHINES)
-def test_across_machines(verdict, expected):
-    assert ending_for(verdict, T, across_machines=True) == expected
-    assert ending_for(verdict, T, across_machines=True, ps=True) == expected  # no ps jobs across machines
+@pytest.mark.parametrize("verdict,ps,expected", ACROSS_MACHINES)
+def test_across_machines(verdict, ps, expected):
+    for job_has_ps in ((False, True) if ps is None else (ps,)):  # None: the same with or without parameter servers
+        assert ending_for(verdict, T, across_machines=True, ps=job_has_ps) == expected
 
 
 @pytest.mark.parametrize("graceful,nothing_to_save,grace", [

@@ -41,6 +41,7 @@ from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
 
 if TYPE_CHECKING:
+    from tfdist.cluster.placement import RoleCounts
     from tfdist.launch.elastic.etcd_store import EtcdConf
     from tfdist.observability.launcher_metrics import LauncherMetrics
 
@@ -81,7 +82,7 @@ class AgentSpec:
     port_base: int | None = None  # --port-base: this machine's workers listen on consecutive ports from here
     launcher_metrics_port: int | None = None  # this agent's own metrics (rounds, its workers' states)
     tasks: TaskOptions = field(default_factory=TaskOptions)
-    roles: Any = None  # a RoleCounts (--chief/--ps/--evaluator): tasks placed by round_roles; None: workers only
+    roles: RoleCounts | None = None  # a RoleCounts (--chief/--ps/--evaluator): tasks placed by round_roles; None: workers only
     node_roles: tuple[str, ...] = ()  # the roles this machine is pinned to (host file roles=, --node-roles)
 
     @property

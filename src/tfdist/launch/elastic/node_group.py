@@ -18,8 +18,8 @@ from typing import Callable, Mapping, Protocol, Sequence
 from tfdist import constants as C
 from tfdist.cluster import TaskId
 from tfdist.launch.local import rules
-from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_group, ending_for, record_flight,
-                                        stopped_outcome, stopping)
+from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_group, ending_for, finishing_roles,
+                                        record_flight, stopped_outcome, stopping)
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.console.task_output import Console
@@ -162,9 +162,8 @@ class NodeGroup:
         verdict = rules.decide(snapshot, self.spec)
         if verdict.action is rules.GroupAction.CONTINUE:
             return None
-        self._ending = ending_for(verdict, t, across_machines=True)
+        self._ending = ending_for(verdict, t, ps=bool(self.spec.ps), across_machines=True)
         if verdict.action is rules.GroupAction.SUCCEED:
-            self._ending = dataclasses.replace(self._ending, wait_roles=self._finishing)
             return Outcome.SUCCEEDED, "the workers here exited 0"
         if verdict.action is rules.GroupAction.PREEMPTED:
             return Outcome.PREEMPTED, f"{verdict.culprit} saved and exited {PREEMPTED_EXIT_CODE}"
@@ -193,14 +192,9 @@ class NodeGroup:
         at once instead (as a failed round is stopped) cut off their last lines whenever the leader's success
         outran them."""
         stop = self._stopping(graceful=False)
-        return self._end(dataclasses.replace(stop, wait_roles=self._finishing, wait_seconds=seconds,
+        finishing = finishing_roles(ps=bool(self.spec.ps), across_machines=True)
+        return self._end(dataclasses.replace(stop, wait_roles=finishing, wait_seconds=seconds,
                                              wait_cut=WaitCut.KILL_NOW))
-
-    @property
-    def _finishing(self) -> tuple[str, ...]:
-        """The roles that end on their own after a success: under ParameterServerStrategy workers and parameter
-        servers serve until stopped (as the single-machine launcher treats them)."""
-        return ("chief", "evaluator") if self.spec.ps else ("chief", "worker", "evaluator")
 
     def stop(self, *, graceful: bool) -> Outcome:
         """Stop every local worker; ``preempted`` when all saved (exit 143) or had finished, else ``stopped``.

@@ -77,6 +77,15 @@ def stopping(timeouts: Timeouts, *, graceful: bool, drain: float = 0.0) -> Endin
                   grace_if_untrained=timeouts.untrained_grace, drain=drain)
 
 
+def finishing_roles(*, ps: bool, across_machines: bool) -> tuple[str, ...]:
+    """The tasks that may end on their own after a success (waited for before the stop). An evaluator may be scoring
+    the final model. Under ParameterServerStrategy the workers and parameter servers serve until stopped; on one
+    machine the chief, the leader, has exited already (across machines it may be this machine's, still finishing)."""
+    if ps:
+        return ("chief", "evaluator") if across_machines else ("evaluator",)
+    return ("chief", "worker", "evaluator")
+
+
 def ending_for(verdict: Verdict, timeouts: Timeouts, *, ps: bool = False, across_machines: bool = False) -> Ending:
     """The steps that end an attempt the rules ended (``verdict.action`` is not CONTINUE).
 
@@ -86,17 +95,16 @@ def ending_for(verdict: Verdict, timeouts: Timeouts, *, ps: bool = False, across
     if across_machines:
         drain = OUTPUT_DRAIN_S
         if verdict.action is GroupAction.SUCCEED:  # the others finish their last step, then print and exit
-            return replace(stopping(timeouts, graceful=False, drain=drain), wait_roles=("worker",),
+            return replace(stopping(timeouts, graceful=False, drain=drain),
+                           wait_roles=finishing_roles(ps=ps, across_machines=True),
                            wait_seconds=timeouts.after_success + timeouts.grace, wait_cut=WaitCut.KILL_NOW)
         if verdict.action is GroupAction.PREEMPTED:  # the others are saving too
             return replace(stopping(timeouts, graceful=True, drain=drain), wait_roles=("worker",),
                            wait_seconds=timeouts.grace, wait_cut=WaitCut.KILL_NOW)
         return stopping(timeouts, graceful=False, drain=drain)
     if verdict.action is GroupAction.SUCCEED:
-        # An evaluator may be scoring the final model: it gets the same moment to finish.
-        roles = ("evaluator",) if ps else ("chief", "worker", "evaluator")
-        return Ending(grace=min(timeouts.after_success_grace, timeouts.grace), wait_roles=roles,
-                      wait_seconds=timeouts.after_success)
+        return Ending(grace=min(timeouts.after_success_grace, timeouts.grace),
+                      wait_roles=finishing_roles(ps=ps, across_machines=False), wait_seconds=timeouts.after_success)
     if verdict.action is GroupAction.PREEMPTED:
         return Ending(grace=timeouts.grace, wait_roles=TRAINING_ROLES, wait_seconds=timeouts.grace,
                       wait_cut=WaitCut.KILL_NOW)
