@@ -192,3 +192,14 @@ def test_a_server_that_proves_the_secret_but_never_welcomes_does_not_hold_the_ag
         conn.close()
     assert not thread.is_alive(), "the agent still waits for a welcome that never comes"
     assert isinstance(outcome["result"], TimeoutError) and "did not answer the join" in str(outcome["result"])
+
+
+def test_session_keys_are_rfc5869_hkdf_of_the_secret_and_both_nonces_per_direction():
+    agent_nonce, server_nonce = bytes(range(32)), bytes(range(32, 64))
+    agent = auth.Session(SECRET, agent_nonce, server_nonce, is_server=False)
+    server = auth.Session(SECRET, agent_nonce, server_nonce, is_server=True)
+    salt = agent_nonce + server_nonce
+    to_server = auth.hkdf(SECRET, salt, b"tfdist-rdzv agent->server")
+    to_agent = auth.hkdf(SECRET, salt, b"tfdist-rdzv server->agent")
+    assert (agent._send_key, agent._receive_key) == (to_server, to_agent) != (to_agent, to_server)
+    assert (server._send_key, server._receive_key) == (to_agent, to_server)

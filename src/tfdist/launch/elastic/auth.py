@@ -21,7 +21,6 @@ before the agent's proof checked out; it closes a connection that fails without 
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 import socket
@@ -49,18 +48,22 @@ class ClosedEarly(AuthError):
 
 
 def hkdf(secret: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
-    """RFC 5869 HKDF with SHA-256."""
-    prk = hmac.new(salt, secret, hashlib.sha256).digest()
+    """RFC 5869 HKDF with SHA-256 (``hmac.digest``: the same HMAC in one call into OpenSSL)."""
+    return hkdf_expand(hmac.digest(salt, secret, "sha256"), info, length)
+
+
+def hkdf_expand(prk: bytes, info: bytes, length: int = 32) -> bytes:
+    """RFC 5869's expand step, for keys from one extracted ``prk``."""
     out, block, counter = b"", b"", 1
     while len(out) < length:
-        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
+        block = hmac.digest(prk, block + info + bytes([counter]), "sha256")
         out += block
         counter += 1
     return out[:length]
 
 
 def _proof(secret: bytes, role: bytes, agent_nonce: bytes, server_nonce: bytes) -> bytes:
-    return hmac.new(secret, b"tfdist-rdzv-" + role + b"|" + agent_nonce + server_nonce, hashlib.sha256).digest()
+    return hmac.digest(secret, b"tfdist-rdzv-" + role + b"|" + agent_nonce + server_nonce, "sha256")
 
 
 def receive_exactly(sock: socket.socket, count: int, deadline: float) -> bytes:
@@ -96,9 +99,9 @@ class Session:
     """One authenticated connection's keys and frame counters (one sender and one reader thread at a time)."""
 
     def __init__(self, secret: bytes, agent_nonce: bytes, server_nonce: bytes, *, is_server: bool) -> None:
-        salt = agent_nonce + server_nonce
-        to_server = hkdf(secret, salt, b"tfdist-rdzv agent->server")
-        to_agent = hkdf(secret, salt, b"tfdist-rdzv server->agent")
+        prk = hmac.digest(agent_nonce + server_nonce, secret, "sha256")  # HKDF-Extract once, both directions
+        to_server = hkdf_expand(prk, b"tfdist-rdzv agent->server")
+        to_agent = hkdf_expand(prk, b"tfdist-rdzv server->agent")
         self._send_key, self._receive_key = (to_agent, to_server) if is_server else (to_server, to_agent)
         self._sent = 0
         self._received = 0
@@ -108,7 +111,7 @@ class Session:
         if len(payload) > MAX_FRAME:
             raise ValueError(f"a {len(payload)}-byte message is over the {MAX_FRAME}-byte frame limit")
         head = _LENGTH.pack(len(payload))
-        tag = hmac.new(self._send_key, _SEQ.pack(self._sent) + head + payload, hashlib.sha256).digest()
+        tag = hmac.digest(self._send_key, _SEQ.pack(self._sent) + head + payload, "sha256")
         self._sent += 1
         return head + payload + tag
 
@@ -120,7 +123,7 @@ class Session:
             raise AuthError(f"a frame of {length} bytes is over the {MAX_FRAME}-byte limit")
         body = receive(length + MAC)
         payload, tag = body[:length], body[length:]
-        expected = hmac.new(self._receive_key, _SEQ.pack(self._received) + head + payload, hashlib.sha256).digest()
+        expected = hmac.digest(self._receive_key, _SEQ.pack(self._received) + head + payload, "sha256")
         if not hmac.compare_digest(tag, expected):
             raise AuthError("a message failed its authentication check (changed, replayed or out of order)")
         self._received += 1
