@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfdist.runtime.snapshots.format import ArraySpec, SnapshotRefused, chunks, decode, fingerprint
+from tfdist.runtime.snapshots.format import ArraySpec, SnapshotRefused, chunks, decode, fingerprint, verify_file
 from tfdist.runtime.snapshots.store import SnapshotStore, snapshot_name
 from tfdist.runtime.snapshots.writer import BackgroundWriter
 
@@ -46,6 +46,33 @@ def test_flipped_byte_is_refused():
     data[len(data) // 2] ^= 0x01
     with pytest.raises(SnapshotRefused, match="checksum"):
         decode(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["cut 0", "cut 5", "cut 13", "cut 40", "cut -40", "cut -9", "cut -1", "flip",
+                                    "grow"])
+def test_the_streaming_check_refuses_what_decode_refuses(tmp_path, damage):
+    # verify_file is what an agent runs on a snapshot copied from another machine (in blocks, no arrays built)
+    data = bytearray(encoded(3))
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    elif damage == "grow":
+        data[-8:-8] = b"x"
+    else:
+        data = data[:int(damage.split()[1])]
+    path = tmp_path / "snap"
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotRefused):
+        decode(bytes(data))
+    with pytest.raises(SnapshotRefused):
+        verify_file(str(path), expect_step=3)
+
+
+def test_the_streaming_check_accepts_a_whole_file_of_its_step_only(tmp_path):
+    path = tmp_path / "snap"
+    path.write_bytes(encoded(3))
+    verify_file(str(path), expect_step=3)
+    with pytest.raises(SnapshotRefused, match="mixed"):
+        verify_file(str(path), expect_step=4)
 
 
 def test_file_named_for_another_step_is_refused():

@@ -3,7 +3,8 @@
 
 - :mod:`~tfdist.protocol.variables`: the registry of every environment variable tfdist sets or reads;
 - :mod:`~tfdist.protocol.plan`: what the launcher tells a task (:class:`Command`, :class:`TaskPlan`);
-- :mod:`~tfdist.protocol.records`: what a task tells the launcher (heartbeat and error records, imported modules).
+- :mod:`~tfdist.protocol.records`: what a task tells the launcher (heartbeat and error records, imported modules);
+- :mod:`~tfdist.protocol.snapshot_file`: the in-memory snapshot file, which the agent checks when it copies one.
 
 Imports nothing of tfdist but :mod:`tfdist.errors` and :mod:`tfdist.status`, and never TensorFlow. The names below
 are re-exported so callers can write ``from tfdist import protocol as P``; each is defined once, in its module, and

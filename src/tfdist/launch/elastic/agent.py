@@ -33,6 +33,7 @@ from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
 from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.elastic.backup_copy import BackupStore
+from tfdist.launch.elastic.snapshot_copy import SnapshotCopy
 from tfdist.launch.options import DEFAULTS
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.spec import Timeouts
@@ -159,7 +160,8 @@ class Agent:
         else:
             ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
-        self.link.send("ready", ports=ports, backup=backup)
+        snapshot = SnapshotCopy(self.snapshots.path).manifest() if self.snapshots and self.snapshots.path else None
+        self.link.send("ready", ports=ports, backup=backup, snapshot=snapshot)
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _signalled(self) -> int | None:
@@ -258,6 +260,8 @@ class Agent:
                     self._stop_round(message, address)
                 elif kind == "finish":
                     return self._finish(message)
+                elif kind == "send" and message.get("what") == "snapshot" and self.snapshots and self.snapshots.path:
+                    self.link.upload(message, SnapshotCopy(self.snapshots.path))
                 elif kind == "send" and self.backups is not None:
                     self.link.upload(message, self.backups)
             if self._signalled() is not None and not stopped_by_signal and self.server is None:
@@ -282,6 +286,13 @@ class Agent:
             if not restored:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
+                return
+        copy = message.get("snapshot")  # the survivors' in-memory snapshot, taken in before the tasks start
+        if copy and self.snapshots is not None and self.snapshots.path:
+            other = SnapshotCopy(self.snapshots.path).await_restore(copy, lambda: self.link.next_message(0.5),
+                                                                     self.say)
+            if other is not None:
+                self._deferred = other
                 return
         roles, placed = {}, ""
         if self.spec.roles is not None:  # every agent places the round's tasks by the same rule

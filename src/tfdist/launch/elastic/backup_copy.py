@@ -58,7 +58,7 @@ def _open_regular(path: str) -> int:
     return fd
 
 
-def _sha256(path: str) -> tuple[str, int]:
+def sha256_of(path: str) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     with os.fdopen(_open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -70,6 +70,70 @@ def _sha256(path: str) -> tuple[str, int]:
 def counter(name: str) -> int:
     found = re.search(r"(\d+)\Z", name)
     return int(found.group(1)) if found else -1
+
+
+def stream_files(folder: str, names: list[str], channel: Any) -> None:
+    """Send ``names`` (already checked against their pattern) from ``folder``, chunk by chunk, through
+    ``channel.send(kind, **fields)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
+    the receivers time out and say "not restored"."""
+    for position, name in enumerate(names):
+        try:
+            handle = os.fdopen(_open_regular(os.path.join(folder, name)), "rb")
+        except OSError:
+            return
+        with handle:
+            while True:
+                chunk = handle.read(FILE_CHUNK)
+                end = len(chunk) < FILE_CHUNK
+                if channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
+                                last=end and position == len(names) - 1) is False:
+                    return
+                if end:
+                    break
+
+
+def receive_files(incoming: str, expected: dict[str, str], sizes: dict[str, int],
+                  receive: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Write the chunks of ``expected`` (name -> digest, checked by the caller) into ``incoming``, each at most its
+    declared size, within a deadline; a message that is not a file is handed back (stop, finish).
+
+    Raises:
+        NotRestored: a file not expected, bigger than declared, short, or the deadline passed.
+    """
+    deadline = time.monotonic() + MIN_DEADLINE_S + sum(sizes.values()) / MIN_RATE
+    handles: dict[str, Any] = {}
+    written = dict.fromkeys(expected, 0)
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise NotRestored("the copy did not finish in time")
+            message = receive()
+            if message is None or message.get("type") == "ping":
+                continue
+            if message.get("type") != "file":
+                return message
+            name, data = message.get("name"), message.get("data")
+            if name not in expected or not isinstance(data, str):
+                raise NotRestored(f"unexpected file {str(name)[:100]!r}")
+            chunk = base64.b64decode(data, validate=True)
+            written[name] += len(chunk)
+            if written[name] > sizes[name]:
+                raise NotRestored(f"{name} is bigger than its manifest says")
+            handle = handles.get(name)
+            if handle is None:
+                fd = os.open(os.path.join(incoming, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
+                             0o600)
+                handle = handles[name] = os.fdopen(fd, "wb")
+            handle.write(chunk)
+            if message.get("last") is True:
+                break
+        short = [n for n in expected if written[n] != sizes[n]]
+        if short:
+            raise NotRestored(f"{', '.join(short)} missing or short")
+        return None
+    finally:
+        for handle in handles.values():
+            handle.close()
 
 
 class BackupStore:
@@ -115,7 +179,7 @@ class BackupStore:
             return result  # incomplete: never offered
         files = ["checkpoint", f"{name}.index", *sorted(shards)]
         try:
-            sums = {f: _sha256(os.path.join(self.folder, f)) for f in files}
+            sums = {f: sha256_of(os.path.join(self.folder, f)) for f in files}
         except OSError:
             return result
         result.update(name=name, files={f: s[0] for f, s in sums.items()}, sizes={f: s[1] for f, s in sums.items()})
@@ -125,21 +189,8 @@ class BackupStore:
     def upload(self, channel: Any, request: dict[str, Any]) -> None:
         """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(kind,
         **fields)`` (False: stop). Only backup file names, only regular files."""
-        names = [str(n) for n in request.get("files") or () if M.BACKUP_FILE.fullmatch(str(n))]
-        for position, name in enumerate(names):
-            try:
-                handle = os.fdopen(_open_regular(os.path.join(self.folder, name)), "rb")
-            except OSError:
-                return  # the receivers time out and say "not restored"
-            with handle:
-                while True:
-                    chunk = handle.read(FILE_CHUNK)
-                    end = len(chunk) < FILE_CHUNK
-                    if channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
-                                    last=end and position == len(names) - 1) is False:
-                        return
-                    if end:
-                        break
+        stream_files(self.folder, [str(n) for n in request.get("files") or () if M.BACKUP_FILE.fullmatch(str(n))],
+                     channel)
 
     # -- receiving -----------------------------------------------------------------------------------------------
     def await_restore(self, restore: dict[str, Any], receive: Callable[[], dict[str, Any] | None],
@@ -160,7 +211,7 @@ class BackupStore:
             if other is not None:
                 return False, other
             wrong = [n for n, digest in expected.items()
-                     if _sha256(os.path.join(incoming, n)) != (digest, sizes[n])]
+                     if sha256_of(os.path.join(incoming, n)) != (digest, sizes[n])]
             if wrong:
                 raise NotRestored(f"{', '.join(wrong)}: checksum mismatch")
             self._swap_in(incoming)
@@ -186,41 +237,7 @@ class BackupStore:
 
     def _receive_files(self, incoming: str, expected: dict[str, str], sizes: dict[str, int],
                        receive: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
-        """Write the chunks into ``incoming``; a message that is not a file is handed back (stop, finish)."""
-        deadline = time.monotonic() + MIN_DEADLINE_S + sum(sizes.values()) / MIN_RATE
-        handles: dict[str, Any] = {}
-        written = dict.fromkeys(expected, 0)
-        try:
-            while True:
-                if time.monotonic() > deadline:
-                    raise NotRestored("the copy did not finish in time")
-                message = receive()
-                if message is None or message.get("type") == "ping":
-                    continue
-                if message.get("type") != "file":
-                    return message
-                name, data = message.get("name"), message.get("data")
-                if name not in expected or not isinstance(data, str):
-                    raise NotRestored(f"unexpected file {str(name)[:100]!r}")
-                chunk = base64.b64decode(data, validate=True)
-                written[name] += len(chunk)
-                if written[name] > sizes[name]:
-                    raise NotRestored(f"{name} is bigger than its manifest says")
-                handle = handles.get(name)
-                if handle is None:
-                    fd = os.open(os.path.join(incoming, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
-                                 0o600)
-                    handle = handles[name] = os.fdopen(fd, "wb")
-                handle.write(chunk)
-                if message.get("last") is True:
-                    break
-            short = [n for n in expected if written[n] != sizes[n]]
-            if short:
-                raise NotRestored(f"{', '.join(short)} missing or short")
-            return None
-        finally:
-            for handle in handles.values():
-                handle.close()
+        return receive_files(incoming, expected, sizes, receive)
 
     def _swap_in(self, incoming: str) -> None:
         """Put the checked copy in place; the backup it replaces becomes ``chief.previous`` (one kept)."""

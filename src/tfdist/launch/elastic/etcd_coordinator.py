@@ -223,7 +223,8 @@ class Coordinator:
         kind = message.get("type")
         try:
             if kind == "ready":
-                self.policy.on_ready(node_id, tuple(int(p) for p in message["ports"]), message.get("backup"))
+                self.policy.on_ready(node_id, tuple(int(p) for p in message["ports"]), message.get("backup"),
+                                     message.get("snapshot"))
             elif kind == "training":
                 self.policy.on_training(node_id, int(message["round"]))
             elif kind == "exited":
@@ -240,6 +241,7 @@ class Coordinator:
         if isinstance(action, StartRound):
             self.say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
             restore = self.relay.plan(self.policy.nodes, action)
+            copies = self.relay.plan_snapshot(self.policy.nodes, action)
             puts = []
             for a in action.assignments:
                 lease = self.lease_of.get(a.node_id)
@@ -247,7 +249,7 @@ class Coordinator:
                     puts.append(self._message(lease, "round", round=action.round, node_rank=a.node_rank,
                                               world_size=action.world_size, workers=list(action.workers),
                                               first_index=a.first_index, nodes=[list(n) for n in action.nodes],
-                                              restore=restore.get(a.node_id)))
+                                              restore=restore.get(a.node_id), snapshot=copies.get(a.node_id)))
             chosen = [a.node_id for a in action.assignments if a.node_id in self.lease_of]
             record = {"round": action.round, "members": [self.lease_of[n] for n in chosen],
                       "labels": [self.policy.nodes[n].label for n in chosen]}

@@ -102,11 +102,12 @@ class MembershipPolicy:
         self.nodes[node.node_id] = node
         return None
 
-    def on_ready(self, node_id: int, ports: tuple[int, ...], backup: dict[str, Any] | None) -> None:
+    def on_ready(self, node_id: int, ports: tuple[int, ...], backup: dict[str, Any] | None,
+                 snapshot: dict[str, Any] | None = None) -> None:
         node = self.nodes.get(node_id)
         if node is None:
             return
-        node.ready, node.ports, node.backup = True, ports, backup
+        node.ready, node.ports, node.backup, node.snapshot = True, ports, backup, snapshot
         node.in_round, node.training = False, False
 
     def on_training(self, node_id: int, round_: int) -> None:

@@ -62,6 +62,7 @@ class Node:
     ready: bool = False
     ports: tuple[int, ...] = ()
     backup: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None  # its newest complete in-memory snapshot (snapshot_plan.py)
     in_round: bool = False
     training: bool = False
     outcome: str | None = None

@@ -17,109 +17,15 @@ from typing import Any, ClassVar
 from tfdist.cluster.address import check_host
 from tfdist.cluster.placement import layout_word, role_list
 from tfdist.errors import UsageError
+from tfdist.launch.elastic.message_fields import (  # noqa: F401 - the constants and Backup re-exported
+    BACKUP_FILE, BACKUP_NAME, MAX_CHUNK_TEXT, MAX_ITEMS, MAX_REPORT, MAX_SLOTS, MAX_TEXT, SNAPSHOT_FILE, Backup,
+    ProtocolError, _files, _flag, _int, _list, _maybe, _object, _roles, _snapshot, _text,
+)
 
 VERSION = 1
 SPOKEN = (VERSION,)
 MAX_DEPTH = 5
-MAX_TEXT = 4096
-MAX_REPORT = 256 * 1024
-MAX_ITEMS = 4096
-MAX_SLOTS = 1024
-MAX_CHUNK_TEXT = 512 * 1024  # base64 of a 256 KiB chunk, with room
-BACKUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
-# The only files a backup holds: tf-keras' index, and one checkpoint's index and shards. No separators, no "..".
-BACKUP_FILE = re.compile(r"checkpoint|[A-Za-z0-9_-]{1,100}\.(?:index|data-[0-9]{1,6}-of-[0-9]{1,6})")
-_HEX = re.compile(r"[0-9a-f]{1,64}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-
-
-class ProtocolError(Exception):
-    """The peer sent something that is not a message of this protocol."""
-
-
-# -- field checks ----------------------------------------------------------------------------------------------
-def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
-    if not isinstance(value, str) or len(value) > limit:
-        raise ProtocolError(f"{what}: expected text of at most {limit} characters")
-    return value
-
-
-def _int(value: Any, what: str, low: int = 0, high: int = 2**53) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ProtocolError(f"{what}: expected a whole number from {low} to {high}")
-    return value
-
-
-def _maybe(check: Any, value: Any, *args: Any) -> Any:
-    return None if value is None else check(value, *args)
-
-
-def _flag(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise ProtocolError(f"{what}: expected true or false")
-    return value
-
-
-def _list(value: Any, what: str, limit: int = MAX_ITEMS) -> list[Any]:
-    if not isinstance(value, list) or len(value) > limit:
-        raise ProtocolError(f"{what}: expected a list of at most {limit} items")
-    return value
-
-
-def _object(value: Any, what: str, limit: int = MAX_ITEMS) -> dict[str, Any]:
-    if not isinstance(value, dict) or len(value) > limit:
-        raise ProtocolError(f"{what}: expected an object of at most {limit} keys")
-    return value
-
-
-def _files(value: Any, what: str) -> dict[str, str]:
-    files = _object(value, what, 1024)
-    for name, digest in files.items():
-        if not BACKUP_FILE.fullmatch(name):
-            raise ProtocolError(f"{what}: {name[:80]!r} is not a backup file name")
-        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            raise ProtocolError(f"{what}: {name} has no SHA-256")
-    return files
-
-
-def _sizes(value: Any, what: str, names: dict[str, str]) -> dict[str, int]:
-    sizes = _object(value, what, 1024)
-    if set(sizes) != set(names):
-        raise ProtocolError(f"{what}: sizes must name exactly the files listed")
-    return {name: _int(size, f"{what}.{name}", 0, 2**50) for name, size in sizes.items()}
-
-
-@dataclass(frozen=True)
-class Backup:
-    """A machine's latest complete backup (``name`` None: it has none) and its filesystem's id."""
-
-    fs: str
-    name: str | None = None
-    files: dict[str, str] | None = None
-    sizes: dict[str, int] | None = None
-
-    @classmethod
-    def check(cls, value: Any, what: str = "backup") -> "Backup":
-        raw = _object(value, what, 8)
-        fs = _text(raw.get("fs"), f"{what}.fs", 64)
-        if not _HEX.fullmatch(fs):
-            raise ProtocolError(f"{what}.fs: expected a hex id")
-        name = raw.get("name")
-        if name is None:
-            return cls(fs)
-        if not isinstance(name, str) or not BACKUP_NAME.fullmatch(name):
-            raise ProtocolError(f"{what}.name: not a checkpoint name")
-        files = _files(raw.get("files"), f"{what}.files")
-        return cls(fs, name, files, _sizes(raw.get("sizes"), f"{what}.sizes", files))
-
-
-def _roles(check: Any, value: Any, what: str) -> Any:
-    """A role field, checked by the placement rule's own check (``role_list``, ``layout_word``)."""
-    try:
-        return check(value)
-    except ValueError:
-        raise ProtocolError(f"{what}: not the job's roles") from None
 
 
 @dataclass(frozen=True)
@@ -182,11 +88,13 @@ class Join(Message):
 class Ready(Message):
     ports: list[int]
     backup: Backup | None = None
+    snapshot: dict[str, Any] | None = None  # this machine's newest complete in-memory snapshot
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Ready":
         ports = [_int(p, "ports[]", 1, 65535) for p in _list(raw.get("ports"), "ports", MAX_SLOTS)]
-        return cls(ports=ports, backup=_maybe(Backup.check, raw.get("backup")))
+        return cls(ports=ports, backup=_maybe(Backup.check, raw.get("backup")),
+                   snapshot=_maybe(_snapshot, raw.get("snapshot"), "snapshot"))
 
 
 @_message("training")
@@ -231,8 +139,8 @@ class File(Message):
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "File":
         name = _text(raw.get("name"), "name", 200)
-        if not BACKUP_FILE.fullmatch(name):
-            raise ProtocolError(f"name: {name[:80]!r} is not a backup file name")
+        if not BACKUP_FILE.fullmatch(name) and not SNAPSHOT_FILE.fullmatch(name):
+            raise ProtocolError(f"name: {name[:80]!r} is not a backup file or a snapshot file")
         return cls(name=name, data=_text(raw.get("data"), "data", MAX_CHUNK_TEXT),
                    end=_flag(raw.get("end", False), "end"), last=_flag(raw.get("last", False), "last"))
 
@@ -268,6 +176,7 @@ class Round(Message):
     first_index: int
     nodes: list[list[Any]]
     restore: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None  # the in-memory snapshot copied here before the tasks start
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Round":
@@ -288,7 +197,8 @@ class Round(Message):
                        "from": _text(restore.get("from", ""), "restore.from", 300)}
         return cls(round=_int(raw.get("round"), "round"), node_rank=_int(raw.get("node_rank"), "node_rank"),
                    world_size=_int(raw.get("world_size"), "world_size", 1, 2**20), workers=workers,
-                   first_index=_int(raw.get("first_index"), "first_index"), nodes=nodes, restore=restore)
+                   first_index=_int(raw.get("first_index"), "first_index"), nodes=nodes, restore=restore,
+                   snapshot=_maybe(_snapshot, raw.get("snapshot"), "snapshot"))
 
 
 @_message("send")
@@ -296,13 +206,15 @@ class Send(Message):
     round: int
     name: str
     files: dict[str, str]
+    what: str = "backup"  # or "snapshot": which folder the files come from
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Send":
-        name = _text(raw.get("name"), "name", 100)
-        if not BACKUP_NAME.fullmatch(name):
-            raise ProtocolError("name: not a checkpoint name")
-        return cls(round=_int(raw.get("round"), "round"), name=name, files=_files(raw.get("files"), "files"))
+        name, what = _text(raw.get("name"), "name", 100), raw.get("what", "backup")
+        if not BACKUP_NAME.fullmatch(name) or what not in ("backup", "snapshot"):
+            raise ProtocolError("name: not a checkpoint name" if what in ("backup", "snapshot") else "what: unknown")
+        return cls(round=_int(raw.get("round"), "round"), name=name, what=what,
+                   files=_files(raw.get("files"), "files", SNAPSHOT_FILE if what == "snapshot" else BACKUP_FILE))
 
 
 @_message("stop")

@@ -234,7 +234,7 @@ class RendezvousServer:
                 self._last_seen[node_id] = now
             if isinstance(message, M.Ready):
                 self.policy.on_ready(node_id, tuple(message.ports),
-                                     None if message.backup is None else asdict(message.backup))
+                                     None if message.backup is None else asdict(message.backup), message.snapshot)
             elif isinstance(message, M.Training):
                 self.policy.on_training(node_id, message.round)
             elif isinstance(message, M.Exited):
@@ -290,14 +290,15 @@ class RendezvousServer:
         if isinstance(action, StartRound):
             self.round_started_at[action.round] = time.monotonic()
             self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
-            restore = self.relay.plan(nodes, action)
+            restore, copies = self.relay.plan(nodes, action), self.relay.plan_snapshot(nodes, action)
             for assignment in action.assignments:
                 channel = channels.get(assignment.node_id)
                 if channel is not None:
                     channel.send(M.Round(round=action.round, node_rank=assignment.node_rank,
                                          world_size=action.world_size, workers=list(action.workers),
                                          first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
-                                         restore=restore.get(assignment.node_id)))
+                                         restore=restore.get(assignment.node_id),
+                                         snapshot=copies.get(assignment.node_id)))
             self.relay.request_upload(action.round)
         elif isinstance(action, Stop):
             for node_id in action.node_ids:

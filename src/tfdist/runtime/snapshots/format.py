@@ -8,48 +8,17 @@ CRC and the step in its name all agree: a writer killed half-way leaves a file t
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-MAGIC = b"TFDSNAP1"
-END = b"TFDSEND1"
-VERSION = 1
-_LEN = struct.Struct("<I")
-
-
-class SnapshotRefused(ValueError):
-    """A snapshot that must not be loaded: torn, corrupted, from another model or another step."""
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """One array's place in the layout."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
-
-
-def fingerprint(specs: Sequence[ArraySpec]) -> str:
-    """A short hash of the layout: two snapshots with the same fingerprint hold the same variables."""
-    text = json.dumps([[s.name, s.dtype, list(s.shape)] for s in specs])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def state_bytes(specs: Sequence[ArraySpec]) -> int:
-    """What one snapshot's arrays take (the file adds a header of a few hundred bytes per array)."""
-    return sum(s.nbytes for s in specs)
-
+# The file's framing, layout and check on the launcher's side live in tfdist.protocol (the agent checks copies).
+from tfdist.protocol.snapshot_file import (  # noqa: F401 - re-exported
+    END, LEN as _LEN, MAGIC, VERSION, ArraySpec, SnapshotRefused, fingerprint, state_bytes, verify_file,
+)
 
 @dataclass(frozen=True)
 class Snapshot:

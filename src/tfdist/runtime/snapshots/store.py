@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from tfdist.protocol.snapshot_file import SNAPSHOT_FILE, snapshot_name  # noqa: F401 - snapshot_name re-exported
 from tfdist.runtime.snapshots.format import ArraySpec, Snapshot, SnapshotRefused, chunks, decode
 
 KEEP = 2
-_NAME = re.compile(r"\Asnap-(\d{12})\.tfsnap\Z")
 _PARTIAL = ".partial-"
-
-
-def snapshot_name(step: int) -> str:
-    return f"snap-{step:012d}.tfsnap"
 
 
 class SnapshotStore:
@@ -89,7 +84,7 @@ class SnapshotStore:
             names: Iterable[str] = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        found = (_NAME.match(name) for name in names)
+        found = (SNAPSHOT_FILE.fullmatch(name) for name in names)
         return sorted((int(m.group(1)) for m in found if m), reverse=True)
 
     def load(self, step: int, expect_fingerprint: str | None = None) -> Snapshot:
