@@ -203,3 +203,17 @@ def test_session_keys_are_rfc5869_hkdf_of_the_secret_and_both_nonces_per_directi
     to_agent = auth.hkdf(SECRET, salt, b"tfdist-rdzv server->agent")
     assert (agent._send_key, agent._receive_key) == (to_server, to_agent) != (to_agent, to_server)
     assert (server._send_key, server._receive_key) == (to_agent, to_server)
+
+
+def test_the_server_starts_a_members_writer_after_the_welcome_not_on_the_round_path():
+    with live_server(min_nodes=5, max_nodes=5, node_timeout=60.0) as server:  # no keep-alive queued for 15 s
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 2.0, secret=SECRET)
+        link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
+        try:
+            wait_until(lambda: len(server._channels) == 1, what="the server to register the member")
+            (channel,) = server._channels.values()
+            # Started by the member's own connection thread after the welcome, not by the tick thread (the job's
+            # clock) when the first round or keep-alive is queued: nothing was queued here.
+            wait_until(lambda: channel._writer is not None and channel._writer.is_alive(), 5.0, "the writer")
+        finally:
+            link.close()

@@ -186,6 +186,7 @@ class RendezvousServer:
             self._refuse(channel, refusal[0], refusal[1])
             return
         channel.send_now(M.Welcome(node_id=node_id))  # this thread writes it: no hand-off on the join's path
+        channel.start_writer()  # now, while the agent reads its welcome: not on the path of the first round
         self._say(f"{node.label} joined ({node.slots} worker(s))")
         reason = "its agent closed the connection"
         try:

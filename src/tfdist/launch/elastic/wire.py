@@ -43,7 +43,8 @@ class Channel:
     Nothing on the join's path waits for a thread start or a hand-off that the plain join of the protocol before
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
     join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
-    and the server's writer thread starts with the first queued message. ``held``: queue but write nothing until
+    and the server starts a peer's writer thread only after the welcome (:meth:`start_writer`; else with the first
+    queued message). ``held``: queue but write nothing until
     :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome).
     ``keepalive``: the writer starts at once (held or not, so that its start overlaps the wait for the welcome) and
     sends ``ping`` after that many seconds without sending anything: the agent's keep-alives, no thread of their own.
@@ -135,9 +136,13 @@ class Channel:
                 self._go.set()
         self._start_writer()
 
-    def _start_writer(self) -> None:
+    def start_writer(self) -> None:
+        """Start the writer thread now, before anything is queued (off the path of the next message)."""
+        self._start_writer(force=True)
+
+    def _start_writer(self, force: bool = False) -> None:
         with self._start_lock:
-            if self._writer is not None or self._keepalive is None and (
+            if self._writer is not None or self._keepalive is None and not force and (
                     self._held or self._writing_now or self._outbox.empty()):
                 return
             self._writer = threading.Thread(target=self._write, daemon=True, name=f"{self._name}-send")
