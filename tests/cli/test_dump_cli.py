@@ -122,3 +122,22 @@ def test_the_bootstraps_faulthandler_is_the_fallback_for_a_plain_script(tmp_path
     for task in document["tasks"]:
         assert task["stacks_from"] == "faulthandler", task
         assert (Path(task["where"]["file"]).name, task["where"]["line"]) == ("plain.py", 5)
+
+
+@pytest.mark.parametrize("how", ["flag", "environment twin"])
+def test_the_flight_recorder_can_be_turned_off(tmp_path, capsys, monkeypatch, how):
+    """--no-flight-recorder (or TFDIST_LAUNCH_FLIGHT_RECORDER=false): the hung task is stopped as before, but
+    nothing is read and no report is written."""
+    script = tmp_path / "plain.py"
+    script.write_text("import time\n\n\ndef wait_for_peer():\n    time.sleep(120)\n\n\nwait_for_peer()\n")
+    logs = tmp_path / "logs"
+    flags = ["--no-flight-recorder"] if how == "flag" else []
+    if how != "flag":
+        monkeypatch.setenv("TFDIST_LAUNCH_FLIGHT_RECORDER", "false")
+    rc = main(["launch", "-n", "1", "--no-bootstrap", "--hang-timeout", "2", "--max-restarts", "0", *flags,
+               "--log-dir", str(logs), "--", str(script)])
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert "made no progress for 2s" in err
+    assert "flight recorder" not in err
+    assert not list(logs.glob("hang-*")), sorted(p.name for p in logs.iterdir())

@@ -63,6 +63,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "allow_keras3": (["--allow-keras3"], {HOSTFILE: "--allow-keras3", RENDEZVOUS: ""}),
     "warm_spares": (["--no-warm-spares"], {HOSTFILE: "--no-warm-spares", RENDEZVOUS: ""}),
     "thread_caps": (["--thread-caps"], {HOSTFILE: "--thread-caps", RENDEZVOUS: "OMP_NUM_THREADS="}),
+    "flight_recorder": (["--no-flight-recorder"], {HOSTFILE: "--no-flight-recorder", RENDEZVOUS: ""}),
     "bootstrap": (["--no-bootstrap"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "restart_after_training": (["--restart-after-training"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "live": (["--live"], {HOSTFILE: REFUSED, RENDEZVOUS: ""}),

@@ -18,11 +18,12 @@ VERSIONS = {"python": "3", "tfdist": "1", "tensorflow": "2"}
 
 @contextlib.contextmanager
 def live_server(host: str = "127.0.0.1", secret: bytes = SECRET, said: list[str] | None = None,
-                **settings: object) -> Iterator[RendezvousServer]:
+                recorder: object = None, **settings: object) -> Iterator[RendezvousServer]:
     values = dict(job="job", min_nodes=1, max_nodes=2, node_timeout=2.0, rdzv_timeout=60.0, first_round_wait=0.0)
     values.update(settings)
     server = RendezvousServer(RendezvousSettings(**values), host, 0, secret=secret,  # type: ignore[arg-type]
-                              say=(said.append if said is not None else lambda _m: None)).start()
+                              say=(said.append if said is not None else lambda _m: None),
+                              recorder=recorder).start()  # type: ignore[arg-type]
     try:
         yield server
     finally:

@@ -46,6 +46,12 @@ class FakeGroup:
         self.calls: list[str] = []
         self.stopped_as = Outcome.PREEMPTED
         self.saves_until_killed = False  # stop() waits, as a saving group would, until the agent says kill now
+        self.flight = None  # the flight recorder's report on a failure: none here
+        self.tasks: list = []  # what read_tasks() returns (the rendezvous' dump)
+
+    def read_tasks(self) -> list:
+        self.calls.append("read tasks")
+        return self.tasks
 
     def start(self) -> None:
         self.calls.append("start")

@@ -65,6 +65,10 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         "and errors (see README); off: nothing of tfdist runs in the tasks.")
 @option("--thread-caps/--no-thread-caps", default=D.thread_caps, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
+@option("--flight-recorder/--no-flight-recorder", default=D.flight_recorder, show_default=True,
+        help="Before a hung or failed group is stopped, read every task's Python stacks, step and last output and "
+        "write hang-attempt-N.txt/.json naming the task that stopped first (across machines: one report on the "
+        "machine that serves the rendezvous). Off: stop at once, no report.")
 @option("--live/--no-live", default=D.live,
         help="One live line per task and a summary at the end [default: when stderr is a terminal].")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")

@@ -211,7 +211,8 @@ def _task_options(options: LaunchOptions, named: bool, tf_log_level: str | None)
     return TaskOptions(job_name=options.job_name if named else None, thread_caps=bool(options.thread_caps),
                        nccl_debug=bool(options.nccl_debug), metrics_port=options.metrics_port,
                        metrics_host=options.metrics_host, tf_log_level=level,
-                       show_output=bool(options.tee) or options.log_dir is None)
+                       show_output=bool(options.tee) or options.log_dir is None,
+                       flight_recorder=bool(options.flight_recorder))
 
 
 def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
@@ -251,7 +252,8 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
     spec = DriverSpec(hosts=tuple(entries), slots=options.workers, target=shape + options.target,
                       agent_args=agent_args, job=job,
                       secret=b"" if options.dry_run else new_secret(), min_nodes=low, max_nodes=high,
-                      settings=settings, cooldown=cooldown, discovery=discovery)
+                      settings=settings, cooldown=cooldown, discovery=discovery,
+                      flight_recorder=bool(options.flight_recorder), log_dir=options.log_dir)
     if options.dry_run:
         from tfdist.cli.launch_plan import print_hostfile_plan
 

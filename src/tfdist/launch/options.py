@@ -70,6 +70,7 @@ class LaunchOptions:
     warm_spares: bool = True
     bootstrap: bool = True
     thread_caps: bool = False
+    flight_recorder: bool = True
     live: bool | None = None  # None: when stderr is a terminal
     # across machines
     hostfile: str | None = None
@@ -130,6 +131,7 @@ class LaunchOptions:
             launcher_metrics_port=self.launcher_metrics_port, allow_keras3=self.allow_keras3,
             warm_spares=self.warm_spares, thread_caps=self.thread_caps, bootstrap=self.bootstrap,
             restart_after_training=self.restart_after_training, job_name=self.job_name,
+            flight_recorder=self.flight_recorder,
             timeouts=Timeouts(grace=self.grace_period, hang=self.hang_timeout))
 
     def rendezvous_settings(self, job: str, min_nodes: int, max_nodes: int) -> RendezvousSettings:
@@ -264,6 +266,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _o("warm_spares", forward=CHANGED, negative="--no-warm-spares"),
     _o("bootstrap", negative="--no-bootstrap"),
     _o("thread_caps", forward=CHANGED, negative="--no-thread-caps"),
+    _o("flight_recorder", forward=CHANGED, negative="--no-flight-recorder"),
     _o("live", negative="--no-live"),
     _o("hostfile", str),
     _o("hosts", str),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
@@ -43,6 +43,7 @@ class TaskOptions:
         metrics_host: ``--metrics-host``.
         tf_log_level: ``--tf-log-level`` as ``TF_CPP_MIN_LOG_LEVEL`` (None: the tasks inherit this process').
         show_output: print the tasks' output here (``--tee``, or no ``--log-dir``); the log files get it anyway.
+        flight_recorder: read the tasks before a failed round stops them (``--no-flight-recorder``: never).
     """
 
     job_name: str | None = None
@@ -52,6 +53,7 @@ class TaskOptions:
     metrics_host: str = "127.0.0.1"
     tf_log_level: int | None = None
     show_output: bool = True
+    flight_recorder: bool = True
 
 
 class NodeConsole(Console):
@@ -73,8 +75,10 @@ class RoundGroup(Protocol):
     spare_env: Mapping[str, str]
     reported_training: bool
     spares_filled: bool
+    flight: tuple[Any, str | None] | None  # the flight recorder's report on a failure, the watchdog's task
 
     def start(self) -> None: ...
+    def read_tasks(self) -> list[Any]: ...
     def describe(self) -> str: ...
     def training(self) -> bool: ...
     def progressed(self) -> bool: ...
@@ -102,6 +106,7 @@ class NodeGroup:
         local_workers = sum(name.startswith("worker:") for name in local)
         # workers=this machine's: thread caps share its cores among its own tasks (the layout is the cluster); the
         # job's chief and parameter servers decide the leader and the rules, as on one machine.
+        self.options = options
         self.spec = LaunchSpec(command=command, workers=local_workers if roles else slots,
                                chief=bool(layout.chief), ps=len(layout.ps), evaluator=bool(layout.evaluator),
                                job_name=options.job_name or job,
@@ -130,9 +135,16 @@ class NodeGroup:
         self.spares_filled = False
         self._ending: Ending | None = None  # how the round ends, once outcome() found it ended
         self.kill_now = kill_now  # the agent was told to kill now (a second signal): waits and graces are cut short
+        self.flight: tuple[Any, str | None] | None = None  # (HangReport, the watchdog's task): for the rendezvous
 
     def start(self) -> None:
         self.group.start()
+
+    def read_tasks(self) -> list[Any]:
+        """Every local task's evidence (stacks, step, state, output), read now: the rendezvous' ``dump``."""
+        from tfdist.launch.flight import recorder
+
+        return recorder.collect(recorder.targets_of(self.group))
 
     def describe(self) -> str:
         warm = f" ({self.group.warm} from warm spares)" if self.group.warm else ""
@@ -170,12 +182,16 @@ class NodeGroup:
         failure = self.group.failure(verdict.culprit)
         detail = failure.headline if failure is not None else str(verdict.culprit)
         detail += f" ({verdict.detail})" if verdict.detail else ""
-        # The flight recorder reads this machine's tasks before anything is stopped; its verdict travels to the
-        # rendezvous server in the outcome's detail, the full report stays in this machine's log folder.
+        # The flight recorder reads this machine's tasks before anything is stopped, on any failure (tasks on other
+        # machines may wait for this one); its verdict travels to the rendezvous server in the outcome's detail, this
+        # machine's report stays in its log folder, and the evidence goes to the rendezvous, which asks the other
+        # machines for theirs and writes one report (elastic/hang_collection.py).
         recorded = record_flight(self.group, verdict, run_id=self.plans[0].run_id if self.plans else "",
-                                 folder=self.group.attempt_dir)
+                                 folder=self.group.attempt_dir, others_elsewhere=True) \
+            if self.options.flight_recorder else None
         if recorded is not None:
             result, path = recorded
+            self.flight = (result, verdict.culprit)
             detail += f"; flight recorder: {result.verdict.headline}" + (f" (report: {path})" if path else "")
         return Outcome.FAILED, detail
 

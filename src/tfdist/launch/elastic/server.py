@@ -29,6 +29,8 @@ from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
 from tfdist.launch.elastic.backup_relay import BackupRelay
+from tfdist.launch.elastic.flight_messages import Evidence
+from tfdist.launch.elastic.hang_collection import JobRecorder, round_members
 from tfdist.launch.elastic.membership import Finish, MembershipPolicy, Node, RendezvousSettings, StartRound, Stop
 
 PENDING_PER_SOURCE = 4
@@ -46,8 +48,9 @@ class RendezvousServer:
     """Serve one job's rendezvous on ``host:port`` until the job is finished. ``secret``: the job secret."""
 
     def __init__(self, settings: RendezvousSettings, host: str, port: int, *, secret: bytes,
-                 say: Callable[[str], None] = lambda _m: None) -> None:
+                 say: Callable[[str], None] = lambda _m: None, recorder: JobRecorder | None = None) -> None:
         self.settings = settings
+        self.recorder = recorder  # the flight recorder across machines (None: off)
         self.policy = MembershipPolicy(settings, time.monotonic())
         self._secret = secret
         self._say = say
@@ -218,6 +221,8 @@ class RendezvousServer:
             over = self.finished.is_set()  # agents leave once the job is over: no loss to report
             if known and not over:
                 self.policy.on_lost(node_id, reason, time.monotonic())
+        if known and self.recorder is not None:
+            self.recorder.on_lost(node_id)
         if known and not over:
             self._say(f"lost node {node_id}: {reason}")
         if channel is not None:
@@ -230,6 +235,11 @@ class RendezvousServer:
             patience = min(self.send_timeout, self.settings.node_timeout / 2)
             self.relay.on_upload(node_id, M.as_dict(message), deadline=now + patience)
             now = time.monotonic()
+        if isinstance(message, Evidence):  # outside the lock: it asks the other machines for theirs
+            self._seen(node_id, now)
+            if self.recorder is not None:
+                self.recorder.on_evidence(node_id, message, self._send_message)
+            return
         with self._lock:
             if node_id in self._channels:
                 self._last_seen[node_id] = now
@@ -246,6 +256,11 @@ class RendezvousServer:
         with self._lock:
             if node_id in self._channels:
                 self._last_seen[node_id] = now
+
+    def _send_message(self, node_id: int, message: M.Message) -> bool:
+        with self._lock:
+            channel = self._channels.get(node_id)
+        return channel is not None and channel.send(message)
 
     def _send(self, node_id: int, kind: str, wait: float = 0.0, **fields: object) -> bool:
         """For the relay: one message to ``node_id``; ``wait`` > 0 is a chunk that may wait for room."""
@@ -267,17 +282,23 @@ class RendezvousServer:
     def _tick(self, interval: float, last_ping: float) -> float:
         now = time.monotonic()
         silent: list[tuple[int, P.Channel, float]] = []
+        if self.recorder is not None:
+            self.recorder.poll(now)  # a collection that is complete or past its deadline: the report, once
+        # While the flight recorder waits for the machines' stacks, the round's next step (stop, finish) waits too.
+        held = self.recorder is not None and self.recorder.busy(now)
         with self._lock:
             for node_id, seen in list(self._last_seen.items()):
                 if node_id in self._channels and now - seen > self.settings.node_timeout:
                     self.policy.on_lost(node_id, f"no keep-alive for {self.settings.node_timeout:g}s", now)
                     silent.append((node_id, self._channels.pop(node_id), now - seen))
-            actions = self.policy.tick(now)
+            actions = [] if held else self.policy.tick(now)
             channels = dict(self._channels)
             nodes = dict(self.policy.nodes)
             round_ = self.policy.round
         for node_id, channel, quiet in silent:
             self._say(f"node {node_id}: no keep-alive for {quiet:.1f}s")
+            if self.recorder is not None:
+                self.recorder.on_lost(node_id)
             channel.close()
         for action in actions:
             self._carry_out(action, channels, nodes, round_)
@@ -290,6 +311,10 @@ class RendezvousServer:
     def _carry_out(self, action: object, channels: dict[int, P.Channel], nodes: dict[int, Node], round_: int) -> None:
         if isinstance(action, StartRound):
             self.round_started_at[action.round] = time.monotonic()
+            if self.recorder is not None:
+                layout = next((n.layout for n in nodes.values() if n.layout), "")
+                self.recorder.on_round(action.round, round_members(
+                    action, {i: n.label for i, n in nodes.items()}, layout))
             self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
             restore, copies = self.relay.plan(nodes, action), self.relay.plan_snapshot(nodes, action)
             for assignment in action.assignments:
@@ -308,6 +333,8 @@ class RendezvousServer:
                     channel.send(M.Stop(round=round_, graceful=action.graceful, reason=action.reason))
             self._say(f"stopping round {round_}: {action.reason}")
         elif isinstance(action, Finish):
+            if self.recorder is not None and self.recorder.report_lines():
+                action = Finish(action.status, "\n".join([action.report.rstrip("\n"), *self.recorder.report_lines()]))
             self.result = action
             for channel in channels.values():
                 channel.send(M.Finish(status=action.status, report=action.report[-M.MAX_REPORT:]))

@@ -21,6 +21,7 @@ import threading
 import time
 
 from tfdist.launch.elastic import auth
+from tfdist.launch.elastic import flight_messages as _flight_messages  # noqa: F401 - registers dump, evidence
 from tfdist.launch.elastic.messages import Message, Ping, ProtocolError, decode, encode
 
 FILE_CHUNK = 256 * 1024

@@ -48,6 +48,8 @@ class TaskEvidence:
         state: the kernel's one-letter state (R, S, D, T, t, Z; "" when unknown); wchan: where it sleeps in the kernel.
         threads: its Python stacks; stacks_from: which dumper read them (py-spy, faulthandler) or why none (an error).
         output_tail: the last lines of its log.
+        machine: the machine it ran on, as the rendezvous names it (a job across machines; "" on one machine).
+        evidence_missing: its machine sent no evidence in time (across machines): nothing about it is known.
     """
 
     name: str
@@ -64,6 +66,8 @@ class TaskEvidence:
     stacks_from: str = ""
     output_tail: tuple[str, ...] = ()
     log_path: str = ""
+    machine: str = ""
+    evidence_missing: bool = False
 
     @property
     def task_type(self) -> str:

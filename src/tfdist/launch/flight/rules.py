@@ -10,8 +10,12 @@ Rules, in order (the first that names a task decides):
 3. ``outside-tensorflow``: a training task is in the script's own code (a callback, a user function, a Python input
    generator) while another waits inside TensorFlow: under a synchronous strategy the one inside TensorFlow waits in
    the step's collective for the one outside. Several: the one at the lowest step.
-4. ``lowest-step``: the training tasks are at different steps: the one behind stopped first.
-5. ``none``: nothing stands out (every task waits inside TensorFlow at the same step: a deadlock inside the runtime, or
+4. ``no-evidence`` (across machines): a training task's machine sent no evidence in time (it is down, cut off, or
+   its agent is stuck) while every task that answered looks fine by rules 1-3: that task is named (the watchdog's
+   task when it is one of them, else the first by name). It comes before rule 4 because one task per machine is the
+   common layout, where steps alone cannot tell (every answering task waits at the same step).
+5. ``lowest-step``: the training tasks are at different steps: the one behind stopped first.
+6. ``none``: nothing stands out (every task waits inside TensorFlow at the same step: a deadlock inside the runtime, or
    a task on another machine); the watchdog's task, when given, is named.
 
 Steps come from heartbeats, which a task writes at most every ``TFDIST_HEARTBEAT_INTERVAL`` seconds: a step may lag
@@ -38,6 +42,8 @@ def _order(task: TaskEvidence) -> tuple[int, str]:
 
 
 def _at(task: TaskEvidence) -> str:
+    if task.evidence_missing:
+        return "at an unknown step"
     return f"at step {task.step}" if task.step is not None else "before its first step"
 
 
@@ -51,6 +57,8 @@ def where(act: Activity) -> str:
 
 def describe(task: TaskEvidence, act: Activity, *, peer_missing: bool) -> str:
     """What one task was doing, in words (no name, no step)."""
+    if task.evidence_missing:
+        return f"no evidence from machine {task.machine or '?'} (it did not answer in time)"
     if act.doing is Doing.STOPPED:
         return "stopped (SIGSTOP or a debugger)" + (f", {where(act)}" if act.frame else "")
     if act.doing is Doing.EXITED:
@@ -78,11 +86,12 @@ def decide(tasks: Sequence[TaskEvidence], *, watchdog_task: str | None = None) -
     acts = {t.name: activity(t.threads, state=t.state, wchan=t.wchan, exited=t.ended)
             for t in tasks}
     trainers = [t for t in tasks if t.task_type in TRAINER_ROLES]
-    running = [t for t in trainers if not t.ended]
+    running = [t for t in trainers if not t.ended and not t.evidence_missing]
+    silent = sorted((t for t in trainers if t.evidence_missing), key=lambda t: (t.name != watchdog_task, t.name))
     culprit, rule, how = None, "none", ""
 
     stopped = sorted((t for t in running if acts[t.name].doing is Doing.STOPPED), key=_order)
-    exited = sorted((t for t in trainers if t.ended), key=_order) if running else []
+    exited = sorted((t for t in trainers if t.ended), key=_order) if running or silent else []
     inside = [t for t in running if acts[t.name].doing is Doing.TENSORFLOW]
     outside = sorted((t for t in running if acts[t.name].doing in (Doing.USER_CODE, Doing.INPUT)), key=_order)
     steps = {t.step for t in running if t.step is not None}
@@ -102,6 +111,10 @@ def decide(tasks: Sequence[TaskEvidence], *, watchdog_task: str | None = None) -
         loop = _left_loop(culprit, acts[inside[0].name].blocked_in)
         how = (f"left its training loop{loop} {_at(culprit)} and is {where(act)}" if culprit.finished or loop else
                f"{_at(culprit)}, {pipeline}{where(act)}")
+    elif silent:
+        culprit, rule = silent[0], "no-evidence"
+        how = (f"its machine {culprit.machine or '?'} sent no evidence in time (down, cut off, or its agent is "
+               "stuck), and the tasks that answered show no cause of their own")
     elif len(steps) > 1:
         culprit, rule = min((t for t in running if t.step is not None), key=_order), "lowest-step"
         how = f"{_at(culprit)} while the others are at step {max(steps)}"

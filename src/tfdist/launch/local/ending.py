@@ -125,10 +125,12 @@ def stopped_outcome(exit_codes: Sequence[int | None]) -> Outcome:
 
 
 # -- the mechanism -----------------------------------------------------------------------------------------------
-def record_flight(group: TaskGroup, verdict: Verdict, *, run_id: str,
-                  folder: str | None) -> tuple[flight.HangReport, str | None] | None:
-    """The flight recorder on ``group`` when :func:`wants_flight_record`, before anything is stopped, else None."""
-    if not wants_flight_record(verdict, others_running=others_running(group)):
+def record_flight(group: TaskGroup, verdict: Verdict, *, run_id: str, folder: str | None,
+                  others_elsewhere: bool = False) -> tuple[flight.HangReport, str | None] | None:
+    """The flight recorder on ``group`` when :func:`wants_flight_record`, before anything is stopped, else None.
+    ``others_elsewhere``: training peers run on other machines (a multi-machine round): any failure may leave them
+    waiting."""
+    if not wants_flight_record(verdict, others_running=others_elsewhere or others_running(group)):
         return None
     return flight.record(flight.targets_of(group), run_id=run_id, attempt=group.attempt, folder=folder,
                          reason=flight.HANG if verdict.cause is Cause.HUNG else flight.TASK_FAILED,

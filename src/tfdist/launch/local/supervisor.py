@@ -220,7 +220,9 @@ class Supervisor:
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         failure = group.failure(verdict.culprit)
-        report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
+        report, verdict_lines = "", ()
+        if self.spec.flight_recorder:  # --no-flight-recorder: stop at once
+            report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
         if verdict.action is rules.GroupAction.SUCCEED:
             failure = None
         elif verdict.action is rules.GroupAction.PREEMPTED:

@@ -53,6 +53,8 @@ class DriverSpec:
     cooldown: CooldownRange | None = CooldownRange()  # lost hosts are probed again after it (None: never)
     discovery: str | None = None  # --host-discovery-script
     discovery_interval: float = 5.0
+    flight_recorder: bool = True  # one hang report for every host, written by this driver (elastic/hang_collection)
+    log_dir: str | None = None  # --log-dir: where this driver writes it (None: the verdict in the final report only)
 
 
 def _split_target(target: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -204,6 +206,17 @@ def _relay(stream: IO[bytes], out: IO[str]) -> None:
     stream.close()
 
 
+def _report_folder(log_dir: str | None) -> str | None:
+    """The driver's ``--log-dir`` for the job's hang report (the agents' folders are on their hosts)."""
+    if log_dir is None:
+        return None
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError:
+        return None
+    return log_dir
+
+
 def run(spec: DriverSpec) -> int:
     """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status."""
     if not spec.hosts:
@@ -211,9 +224,13 @@ def run(spec: DriverSpec) -> int:
     first_ip = resolve(spec.hosts[0].name, "--hostfile", socket.AF_UNSPEC)
     listen = route_address(first_ip)
     preflight(spec, listen)
-    server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret,
-                              say=lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr,
-                                                  flush=True)).start()
+    say = lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True)  # noqa: E731
+    recorder = None
+    if spec.flight_recorder:
+        from tfdist.launch.elastic.hang_collection import JobRecorder
+
+        recorder = JobRecorder(folder=_report_folder(spec.log_dir), run_id=spec.job, say=say)
+    server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret, say=say, recorder=recorder).start()
     print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
           flush=True)
     relays: list[threading.Thread] = []

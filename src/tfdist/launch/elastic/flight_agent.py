@@ -1,0 +1,36 @@
+"""An agent's part in the flight recorder across machines: its tasks' evidence as an ``evidence`` message, sent
+unasked when one of its tasks hung or failed (before it stops them), or in answer to the rendezvous' ``dump``.
+Reading the tasks is :mod:`tfdist.launch.flight.collect`'s; cutting them to fit the wire is
+:mod:`tfdist.launch.flight.transfer`'s; the collection and the one report are the server's
+(:mod:`tfdist.launch.elastic.hang_collection`)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tfdist.launch.elastic.flight_messages import Evidence
+from tfdist.launch.flight import transfer
+from tfdist.launch.flight.evidence import TaskEvidence
+
+OFF = "the flight recorder is off on this machine (--no-flight-recorder)"
+IDLE = "no tasks were running on this machine"
+
+
+def evidence(round_: int, request: int, tasks: Sequence[TaskEvidence], *, reason: str = "hang",
+             watchdog: str | None = None, note: str = "") -> Evidence:
+    """The message for ``tasks`` (cut to fit, see ``transfer.bounded``)."""
+    fields, cut = transfer.bounded(tasks)
+    return Evidence(round=round_, request=request, tasks=fields, reason=reason if reason in ("hang", "task-failed")
+                    else "hang", watchdog=watchdog[:transfer.MAX_SHORT] if watchdog else None,
+                    note=transfer.clip(note, transfer.MAX_LINE), cut=cut)
+
+
+def answer(group: Any, current_round: int, message: dict[str, Any], *, enabled: bool) -> Evidence:
+    """The answer to a ``dump``: this machine's tasks of that round, read now (``group``: the round's RoundGroup,
+    None when none runs here; ``current_round``: the round it runs); no tasks and a note when the recorder is off or
+    nothing of that round runs here."""
+    round_, request, reason = int(message["round"]), int(message["request"]), str(message.get("reason", "hang"))
+    if not enabled:
+        return evidence(round_, request, (), reason=reason, note=OFF)
+    if group is None or current_round != round_:
+        return evidence(round_, request, (), reason=reason, note=IDLE)
+    return evidence(round_, request, group.read_tasks(), reason=reason)
