@@ -194,7 +194,7 @@ def test_the_rendezvous_asks_every_machine_before_anything_is_stopped_and_writes
     assert "epoch 1" in text and "worker:1 stopped first" in text
     for suffix in (".txt", ".json"):
         assert stat.S_IMODE((tmp_path / f"hang-attempt-{round_}{suffix}").stat().st_mode) == 0o600
-    assert f"flight recorder (every machine): {document['verdict']['headline']}" in finish.report
+    assert f"flight recorder (every machine, round {round_}): {document['verdict']['headline']}" in finish.report
     assert str(tmp_path / f"hang-attempt-{round_}.txt") in finish.report
     assert any("2 of 2 answered" in line for line in said), said
 

@@ -115,7 +115,7 @@ class JobRecorder:
         self._active: _Collection | None = None
         self._done: set[int] = set()  # rounds already reported: one report per round
         self._requests = itertools.count(1)
-        self.reports: list[tuple[str | None, tuple[str, ...]]] = []  # (path, verdict lines), newest last
+        self.reports: list[tuple[int, str | None, tuple[str, ...]]] = []  # (round, path, verdict), newest last
 
     def on_round(self, round_: int, members: Mapping[int, Member]) -> None:
         """A round started with these machines."""
@@ -196,7 +196,7 @@ class JobRecorder:
             self._say(f"flight recorder: stacks, steps and output of every task of every machine in {path}")
         lines = tuple(verdict.lines)
         with self._lock:
-            self.reports.append((path, lines))
+            self.reports.append((active.round, path, lines))
         return path, lines
 
     def report_lines(self) -> list[str]:
@@ -204,8 +204,8 @@ class JobRecorder:
         with self._lock:
             if not self.reports:
                 return []
-            path, lines = self.reports[-1]
-        out = [f"flight recorder (every machine): {lines[0]}" if lines else "flight recorder (every machine)"]
+            round_, path, lines = self.reports[-1]
+        out = [f"flight recorder (every machine, round {round_}): {lines[0] if lines else ''}".rstrip(": ")]
         out += [f"  {line}" for line in lines[1:]]
         if path:
             out.append(f"  stacks, steps and output of every task of every machine: {path}")

@@ -12,7 +12,7 @@ Rules, in order (the first that names a task decides):
    the step's collective for the one outside. Several: the one at the lowest step.
 4. ``no-evidence`` (across machines): a training task's machine sent no evidence in time (it is down, cut off, or
    its agent is stuck) while every task that answered looks fine by rules 1-3: that task is named (the watchdog's
-   task when it is one of them, else the first by name). It comes before rule 4 because one task per machine is the
+   task when it is one of them, else the first by name). It comes before rule 5 because one task per machine is the
    common layout, where steps alone cannot tell (every answering task waits at the same step).
 5. ``lowest-step``: the training tasks are at different steps: the one behind stopped first.
 6. ``none``: nothing stands out (every task waits inside TensorFlow at the same step: a deadlock inside the runtime, or
