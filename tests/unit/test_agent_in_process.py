@@ -5,6 +5,7 @@ StopRequests, delivered by calling the handler as the kernel would), version ref
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 import threading
@@ -307,3 +308,56 @@ def test_a_lost_rendezvous_stops_the_group_and_the_agent_gives_up_after_the_rdzv
             assert machine.wait() == int(ExitStatus.TASK_FAILED)
             assert group.calls[:2] == ["start", "stop graceful=False"]
     assert "lost the rendezvous" in capfd.readouterr().err
+
+
+def test_the_agent_answers_the_rendezvous_dump_with_its_tasks_before_they_are_stopped(tmp_path):
+    """Another machine's task hung: the rendezvous asks this agent for its tasks; it reads them (read_tasks) and
+    sends them back before any stop, and they are in the one report."""
+    from tests.unit.test_flight_rules import IN_TENSORFLOW, task
+    from tfdist.launch.elastic.flight_agent import evidence
+    from tfdist.launch.elastic.hang_collection import JobRecorder
+
+    recorder = JobRecorder(folder=str(tmp_path / "reports"), run_id="r", wait=20.0)
+    (tmp_path / "reports").mkdir()
+    with _server(min_nodes=2, max_restarts=0, recorder=recorder) as server:
+        machine = Machine(tmp_path, server.address[1], name="alpha", node_rank=0, max_restarts=0).start()
+        with machines(machine):
+            wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
+            peer = member(server, "beta", rank=1, ports=[20001])
+            round_ = next_of(peer, M.Round)
+            group = machine.round_group()
+            group.tasks = [task("worker:0", 30, IN_TENSORFLOW)]
+            peer.send(evidence(round_.round, 0, [task("worker:1", 29, IN_TENSORFLOW, state="T")],
+                               watchdog="worker:1"))
+            wait_until(lambda: (tmp_path / "reports" / "hang-attempt-0.json").exists(), what="the report")
+            assert group.calls == ["start", "read tasks"]
+    document = json.loads((tmp_path / "reports" / "hang-attempt-0.json").read_text())
+    assert document["verdict"]["culprit"] == "worker:1"
+    assert [t["task"] for t in document["tasks"]] == ["worker:0", "worker:1"]
+    assert document["tasks"][0]["step"] == 30 and document["tasks"][0]["host"].startswith("node0 alpha")
+
+
+def test_a_failure_here_sends_this_machines_evidence_and_the_other_machine_is_asked(tmp_path):
+    from tests.unit.test_flight_rules import IN_TENSORFLOW, task
+    from tfdist.launch.elastic.flight_agent import evidence
+    from tfdist.launch.elastic.flight_messages import Dump
+    from tfdist.launch.elastic.hang_collection import JobRecorder
+    from tfdist.launch.flight.report import HangReport
+    from tfdist.launch.flight.rules import decide
+
+    recorder = JobRecorder(folder=None, run_id="r", wait=20.0)
+    with _server(min_nodes=2, max_restarts=0, recorder=recorder) as server:
+        machine = Machine(tmp_path, server.address[1], name="alpha", node_rank=0, max_restarts=0).start()
+        with machines(machine):
+            wait_until(lambda: len(server.policy.nodes) == 1, what="the agent's join")
+            peer = member(server, "beta", rank=1, ports=[20001])
+            next_of(peer, M.Round)
+            group = machine.round_group()
+            mine = (task("worker:0", 3, IN_TENSORFLOW, state="T"),)
+            group.flight = (HangReport("r", 0, "hang", decide(mine), mine, 0.0), "worker:0")
+            group.ended = (Outcome.FAILED, "worker:0 made no progress")
+            ask = next_of(peer, Dump)
+            assert (ask.round, ask.reason) == (0, "hang")
+            peer.send(evidence(0, ask.request, [task("worker:1", 3, IN_TENSORFLOW)]))
+            wait_until(lambda: recorder.reports, what="the report")
+    assert recorder.reports[-1][2][0].startswith("worker:0 stopped first")
