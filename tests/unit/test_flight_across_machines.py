@@ -248,3 +248,17 @@ def test_an_agent_that_cannot_read_its_tasks_answers_at_once_and_says_why(enable
     reply = answer(group, 2, {"type": "dump", "round": 2, "request": 5, "reason": "hang"}, enabled=enabled)
     assert (reply.round, reply.request, reply.tasks) == (2, 5, []) and note in reply.note
     assert M.decode(M.encode(reply)) == reply
+
+
+def test_the_rendezvous_names_each_machines_tasks_as_the_agents_place_them():
+    from tfdist.launch.elastic.hang_collection import round_members
+    from tfdist.launch.elastic.membership_types import Assignment, StartRound
+
+    nodes = ((0, "a", "10.0.0.1", 2, ()), (1, "b", "10.0.0.2", 1, ()))
+    action = StartRound(round=0, world_size=3, workers=("x:1", "x:2", "x:3"),
+                        assignments=(Assignment(7, 0, 0), Assignment(9, 1, 2)), nodes=nodes)
+    plain = round_members(action, {7: "a", 9: "b"})
+    assert plain == {7: Member("node0 a", ("worker:0", "worker:1")), 9: Member("node1 b", ("worker:2",))}
+    with_chief = round_members(action, {7: "a", 9: "b"}, "chief")
+    names = [n for m in with_chief.values() for n in m.tasks]
+    assert sorted(names) == ["chief:0", "worker:0", "worker:1"] and len(with_chief[7].tasks) == 2
