@@ -245,7 +245,10 @@ def test_late_or_unasked_evidence_for_a_reported_round_changes_nothing(tmp_path)
 def test_an_agent_that_cannot_read_its_tasks_answers_at_once_and_says_why(enabled, group, note):
     from tfdist.launch.elastic.flight_agent import answer
 
-    reply = answer(group, 2, {"type": "dump", "round": 2, "request": 5, "reason": "hang"}, enabled=enabled)
+    from tfdist.launch.elastic.node_group import TaskOptions
+
+    reply = answer(group, 2, {"type": "dump", "round": 2, "request": 5, "reason": "hang"},
+                   TaskOptions(flight_recorder=enabled))
     assert (reply.round, reply.request, reply.tasks) == (2, 5, []) and note in reply.note
     assert M.decode(M.encode(reply)) == reply
 

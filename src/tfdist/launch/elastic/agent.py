@@ -32,7 +32,6 @@ from tfdist.protocol import Command
 from tfdist.launch.elastic.backend import RendezvousBackend
 from tfdist.launch.elastic.client import Lost, Refused, RendezvousLink, stdin_closed
 from tfdist.launch.elastic.server import RendezvousServer
-from tfdist.launch.elastic.hang_collection import JobRecorder
 from tfdist.launch.elastic.backup_copy import BackupStore
 from tfdist.launch.elastic.snapshot_copy import SnapshotCopy
 from tfdist.launch.options import DEFAULTS
@@ -146,9 +145,7 @@ class Agent:
             return
         settings = self._settings()
         say = lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True)  # noqa: E731
-        # One hang report for every machine of the job, in this machine's run folder (hang_collection.py).
-        recorder = JobRecorder(folder=self.log_dir, run_id=self.run_id, say=say) \
-            if self.spec.tasks.flight_recorder else None
+        recorder = flight_agent.job_recorder(self.spec.tasks.flight_recorder, self.log_dir, self.run_id, say)
         try:
             self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
                                            say=say, recorder=recorder).start()
@@ -266,8 +263,8 @@ class Agent:
                 elif kind == "send" and message.get("what") == "snapshot" and self.snapshots and self.snapshots.path:
                     self.link.upload(message, SnapshotCopy(self.snapshots.path))
                 elif kind == "dump":  # the rendezvous collects every machine's stacks before anything is stopped
-                    self._send_flight(flight_agent.answer(self.group, self.round, message,
-                                                          enabled=self.spec.tasks.flight_recorder))
+                    flight_agent.send(self.link, self.spec,
+                                      flight_agent.answer(self.group, self.round, message, self.spec.tasks))
                 elif kind == "send" and self.backups is not None:
                     self.link.upload(message, self.backups)
             if self._signalled() is not None and not stopped_by_signal and self.server is None:
@@ -345,9 +342,7 @@ class Agent:
             return
         outcome_name, detail = outcome
         if group.flight is not None:  # before the stop: the rendezvous asks the other machines for their stacks
-            report, watchdog = group.flight
-            self._send_flight(flight_agent.evidence(self.round, 0, report.tasks, reason=report.reason,
-                                                    watchdog=watchdog))
+            flight_agent.send(self.link, self.spec, flight_agent.unasked(self.round, *group.flight))
         # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
         # agent can exit; a success lets the other workers here end on their own first.
         group.end()
@@ -355,10 +350,6 @@ class Agent:
         self.group = None
         if outcome_name is not Outcome.SUCCEEDED:
             self._ready(self.address)
-
-    def _send_flight(self, message: Any) -> None:
-        if self.spec.etcd is None:  # the etcd backend carries no evidence: each machine keeps its own report there
-            self.link.send(message.TYPE, **message.fields())
 
     def _fill_spares(self, group: RoundGroup) -> None:
         """Once the round has run steps (their imports no longer compete with its start, restore and first traced

@@ -5,7 +5,7 @@ Reading the tasks is :mod:`tfdist.launch.flight.collect`'s; cutting them to fit 
 (:mod:`tfdist.launch.elastic.hang_collection`)."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tfdist.launch.elastic.flight_messages import Evidence
 from tfdist.launch.flight import transfer
@@ -24,12 +24,31 @@ def evidence(round_: int, request: int, tasks: Sequence[TaskEvidence], *, reason
                     note=transfer.clip(note, transfer.MAX_LINE), cut=cut)
 
 
-def answer(group: Any, current_round: int, message: dict[str, Any], *, enabled: bool) -> Evidence:
+def send(link: Any, spec: Any, message: Evidence) -> None:
+    """Send ``message`` to the rendezvous over ``link``; the etcd backend (``spec.etcd``) carries no evidence: each
+    machine keeps its own report there."""
+    if spec.etcd is None:
+        link.send(message.TYPE, **message.fields())
+
+
+def unasked(round_: int, report: Any, watchdog: str | None) -> Evidence:
+    """What an agent sends when its own task hung or failed (``report``: the HangReport it made before the stop)."""
+    return evidence(round_, 0, report.tasks, reason=report.reason, watchdog=watchdog)
+
+
+def job_recorder(enabled: bool, folder: str, run_id: str, say: Callable[[str], None]) -> Any:
+    """The serving agent's JobRecorder: one hang report for every machine, in its run folder (None: recorder off)."""
+    from tfdist.launch.elastic.hang_collection import JobRecorder
+
+    return JobRecorder(folder=folder, run_id=run_id, say=say) if enabled else None
+
+
+def answer(group: Any, current_round: int, message: dict[str, Any], options: Any) -> Evidence:
     """The answer to a ``dump``: this machine's tasks of that round, read now (``group``: the round's RoundGroup,
-    None when none runs here; ``current_round``: the round it runs); no tasks and a note when the recorder is off or
-    nothing of that round runs here."""
+    None when none runs here; ``current_round``: the round it runs; ``options``: its TaskOptions); no tasks and a
+    note when the recorder is off or nothing of that round runs here."""
     round_, request, reason = int(message["round"]), int(message["request"]), str(message.get("reason", "hang"))
-    if not enabled:
+    if not options.flight_recorder:
         return evidence(round_, request, (), reason=reason, note=OFF)
     if group is None or current_round != round_:
         return evidence(round_, request, (), reason=reason, note=IDLE)
