@@ -45,9 +45,8 @@ class Channel:
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
     join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
     and the server starts a peer's writer thread only after the welcome (:meth:`start_writer`; else with the first
-    queued message). ``held``: queue but write nothing until
-    :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome).
-    ``keepalive``: the writer starts at once (held or not, so that its start overlaps the wait for the welcome) and
+    queued message). ``held``: queue but write nothing until :meth:`send_now` or :meth:`release` (a keep-alive
+    queued meanwhile cannot overtake the welcome). ``keepalive``: the writer starts at once (held or not, so that its start overlaps the wait for the welcome) and
     sends ``ping`` after that many seconds without sending anything: the agent's keep-alives, no thread of their own.
     """
 
