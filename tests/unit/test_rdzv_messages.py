@@ -67,3 +67,14 @@ def test_another_version_is_named_with_the_versions_spoken(version):
 
 def test_strings_do_not_count_as_nesting():
     assert M.nesting(b'{"a":"[[[[[[[[[[[[[[[[[[[\\"[[[[["}') == 1
+
+
+@pytest.mark.parametrize("payload, depth", [
+    (b'{"a":"\\\\"}', 1),  # an escaped backslash ends the string right after it
+    (b'{"a":"\\\\\\"[["}', 1),  # backslash, then an escaped quote: still inside
+    (b'{"a":["x",{"b":"]]]"}]}', 3),
+    (b'{"a":"' + b"A" * 300_000 + b'","b":[[1]]}', 3),  # a chunk-sized string
+    (b'[[["\\u005b"]]]', 3),
+])
+def test_nesting_skips_strings_with_their_escapes(payload, depth):
+    assert M.nesting(payload) == depth

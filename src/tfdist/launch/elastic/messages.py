@@ -25,7 +25,9 @@ from tfdist.launch.elastic.message_fields import (  # noqa: F401 - the constants
 VERSION = 1
 SPOKEN = (VERSION,)
 MAX_DEPTH = 5
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# Runs of plain characters in one step: the per-character form ("(?:[^"\\]|\\.)*") took 235 ms over one 256 KiB
+# backup or snapshot chunk, checked at the rendezvous and again at the receiver (about 0.5 MiB/s through a relay).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 
 @dataclass(frozen=True)
