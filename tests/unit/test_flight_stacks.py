@@ -28,7 +28,19 @@ VICTIM = textwrap.dedent("""
     def load_batch():
         return EMPTY.get()
 
-    threading.Thread(target=load_batch, name="loader", daemon=True).start()
+    loader = threading.Thread(target=load_batch, name="loader", daemon=True)
+    loader.start()
+
+    def waiting_in_get():  # "ready" only once the loader really waits (a loaded machine may not have run it yet)
+        frame = sys._current_frames().get(loader.ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return "get" in names and "load_batch" in names
+
+    while not waiting_in_get():
+        time.sleep(0.01)
     print("ready", flush=True)
     time.sleep(60)
 """)
@@ -55,6 +67,12 @@ def victim(tmp_path):
             proc.send_signal(signal.SIGCONT)
             proc.kill()
         proc.wait()
+
+
+def _until_sleeping(pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while procfs.read(pid).state != "S" and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _loader(threads):
@@ -149,6 +167,7 @@ def test_recorder_writes_a_private_text_and_json_report(victim, tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(50)))
     (tmp_path / "worker-0.heartbeat").write_text('{"v":1,"step":7,"time":1.0,"state":"training"}')
     target = collect.Target("worker:0", proc.pid, str(tmp_path / "worker-0.heartbeat"), str(log))
+    _until_sleeping(proc.pid)  # the state read below is "S" once the victim sits in its sleep, not while it gets there
     result, path = record([target], run_id="r1", attempt=0, reason=report.HANG, folder=str(tmp_path))
     assert path == str(tmp_path / "hang-attempt-0.txt")
     assert os.stat(path).st_mode & 0o777 == 0o600
