@@ -158,3 +158,16 @@ def keeping_alive(*peers: Peer, every: float = 0.1) -> Iterator[None]:
     finally:
         done.set()
         thread.join(timeout=5)
+
+
+def exact_reader(sock: socket.socket):
+    """``receive(count)`` for auth's handshake: exactly ``count`` bytes from ``sock``, AuthError when it closes."""
+    def receive(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise auth.AuthError("closed")
+            data += chunk
+        return data
+    return receive

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from tests.unit.rdzv_peer import exact_reader
 from tfdist.launch.elastic import auth
 
 SECRET = bytes(range(32))
@@ -30,18 +31,6 @@ def _run_server(sock, secret, timeout=auth.HANDSHAKE_S):
     return thread, result
 
 
-def _receiver(sock):
-    def receive(count):
-        data = b""
-        while len(data) < count:
-            chunk = sock.recv(count - len(data))
-            if not chunk:
-                raise auth.AuthError("closed")
-            data += chunk
-        return data
-    return receive
-
-
 def test_hkdf_matches_rfc5869_case_1():
     okm = auth.hkdf(bytes([0x0B] * 22), bytes(range(13)), bytes(range(0xF0, 0xFA)), 42)
     assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c"
@@ -55,9 +44,9 @@ def test_both_sides_prove_the_secret_and_frames_go_both_ways():
     thread.join()
     server = result["session"]
     agent_sock.sendall(agent.seal(b'{"type":"join"}'))
-    assert server.read_frame(_receiver(server_sock)) == b'{"type":"join"}'
+    assert server.read_frame(exact_reader(server_sock)) == b'{"type":"join"}'
     server_sock.sendall(server.seal(b"welcome") + server.seal(b"round"))
-    read = _receiver(agent_sock)
+    read = exact_reader(agent_sock)
     assert [agent.read_frame(read), agent.read_frame(read)] == [b"welcome", b"round"]
 
 
@@ -165,14 +154,14 @@ def test_a_changed_frame_fails_its_check():
     frame[6] ^= 1
     agent_sock.sendall(bytes(frame))
     with pytest.raises(auth.AuthError, match="authentication"):
-        server.read_frame(_receiver(server_sock))
+        server.read_frame(exact_reader(server_sock))
 
 
 def test_a_replayed_frame_fails_its_check():
     agent, agent_sock, server, server_sock = _sessions()
     frame = agent.seal(b'{"type":"exited"}')
     agent_sock.sendall(frame + frame)
-    read = _receiver(server_sock)
+    read = exact_reader(server_sock)
     assert server.read_frame(read) == b'{"type":"exited"}'
     with pytest.raises(auth.AuthError):
         server.read_frame(read)
@@ -183,7 +172,7 @@ def test_reordered_frames_fail_their_check():
     first, second = agent.seal(b"one"), agent.seal(b"two")
     agent_sock.sendall(second + first)
     with pytest.raises(auth.AuthError):
-        server.read_frame(_receiver(server_sock))
+        server.read_frame(exact_reader(server_sock))
 
 
 def test_a_frame_from_the_other_direction_fails_its_check():
@@ -191,7 +180,7 @@ def test_a_frame_from_the_other_direction_fails_its_check():
     reflected = agent.seal(b"ping")
     server_sock.sendall(reflected)  # what the agent sent, sent back to it
     with pytest.raises(auth.AuthError):
-        agent.read_frame(_receiver(agent_sock))
+        agent.read_frame(exact_reader(agent_sock))
 
 
 def test_an_oversized_frame_is_refused_before_its_body_is_read():
@@ -201,7 +190,7 @@ def test_an_oversized_frame_is_refused_before_its_body_is_read():
 
     def receive(count):
         asked.append(count)
-        return _receiver(server_sock)(count)
+        return exact_reader(server_sock)(count)
 
     with pytest.raises(auth.AuthError, match="over the"):
         server.read_frame(receive)

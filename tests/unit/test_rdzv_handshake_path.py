@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.unit.rdzv_peer import SECRET, live_server, wait_until
+from tests.unit.rdzv_peer import exact_reader, SECRET, live_server, wait_until
 from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire
@@ -45,24 +45,12 @@ def _sessions(first: bytes | None = None):
     return recording, server_sock, agent, result["session"]
 
 
-def _reader(sock: socket.socket):
-    def receive(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = sock.recv(count - len(data))
-            if not chunk:
-                raise auth.AuthError("closed")
-            data += chunk
-        return data
-    return receive
-
-
 def test_the_join_goes_in_the_same_write_as_the_agents_proof_and_the_server_reads_it_after_the_proof():
     recording, server_sock, _agent, server = _sessions(first=b'{"type":"join"}')
     assert len(recording.writes) == 2  # the hello, then the proof with the join: no third write, no extra trip
     assert recording.writes[0][: len(auth.MAGIC)] == auth.MAGIC and len(recording.writes[0]) == auth.HELLO
     assert len(recording.writes[1]) > auth.MAC + len(b'{"type":"join"}')
-    assert server.read_frame(_reader(server_sock)) == b'{"type":"join"}'
+    assert server.read_frame(exact_reader(server_sock)) == b'{"type":"join"}'
 
 
 def test_without_a_first_message_the_agent_writes_only_its_proof():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.unit.rdzv_peer import live_server, member, next_of
+from tests.unit.test_backup_transfer import Pipe
 from tfdist.launch.elastic import backup_copy
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.backup_relay import BackupRelay
@@ -79,13 +80,6 @@ def test_the_agent_sees_the_files_the_runtime_writes(tmp_path):
 
 
 # -- the receiving end -----------------------------------------------------------------------------------------------
-class Pipe:
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    def send(self, kind: str, **fields) -> bool:
-        self.messages.append({"type": kind, **fields})
-        return True
 
 
 def _file(name: str, data: bytes, **flags) -> dict:
