@@ -230,6 +230,17 @@ def _receive(peer):
     return receive
 
 
+def _two_training_and_a_joiner(server):
+    """Members a and b train round 0; c joins, so the rendezvous stops a and b (they answer with their Ready)."""
+    a, b = member(server, "a", rank=0), member(server, "b", rank=1)
+    next_of(a, M.Round), next_of(b, M.Round)
+    for peer in (a, b):
+        peer.send(M.Training(round=0))
+    c = member(server, "c", rank=2)
+    next_of(a, M.Stop), next_of(b, M.Stop)
+    return a, b, c
+
+
 @pytest.mark.parametrize("dishonest", [None, "joiner-claims-newer", "bystander-injects", "sender-lies-on-size"])
 def test_a_joiner_gets_the_survivors_snapshot_through_the_rendezvous(tmp_path, dishonest):
     folders = {n: tmp_path / n for n in "abc"}
@@ -240,13 +251,8 @@ def test_a_joiner_gets_the_survivors_snapshot_through_the_rendezvous(tmp_path, d
     folders["c"].mkdir(exist_ok=True)
     said: list[str] = []
     with live_server(min_nodes=2, max_nodes=3, node_timeout=10.0, said=said) as server:
-        a, b = member(server, "a", rank=0), member(server, "b", rank=1)
-        next_of(a, M.Round), next_of(b, M.Round)
-        for peer in (a, b):
-            peer.send(M.Training(round=0))
-        c = member(server, "c", rank=2)
+        a, b, c = _two_training_and_a_joiner(server)
         for n, peer in (("a", a), ("b", b)):
-            next_of(peer, M.Stop)
             claim_ = SnapshotCopy(str(folders[n])).manifest()
             if dishonest == "sender-lies-on-size" and n == "a":
                 name = snapshot_name(20)
@@ -281,13 +287,8 @@ def test_a_sender_that_dies_mid_copy_stops_the_round_and_another_survivor_sends_
     write_snapshot(folders["c"], 7)  # the joiner's own, older: dropped before the copy
     said: list[str] = []
     with live_server(min_nodes=2, max_nodes=3, node_timeout=10.0, said=said) as server:
-        a, b = member(server, "a", rank=0), member(server, "b", rank=1)
-        next_of(a, M.Round), next_of(b, M.Round)
-        for peer in (a, b):
-            peer.send(M.Training(round=0))
-        c = member(server, "c", rank=2)
+        a, b, c = _two_training_and_a_joiner(server)
         for n, peer in (("a", a), ("b", b)):
-            next_of(peer, M.Stop)
             peer.send(M.Ready(ports=[29000], snapshot=SnapshotCopy(str(folders[n])).manifest()))
         c.send(M.Ready(ports=[29001], snapshot=SnapshotCopy(str(folders["c"])).manifest()))
         copy = next_of(c, M.Round).snapshot

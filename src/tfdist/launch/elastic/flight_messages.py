@@ -71,6 +71,14 @@ def check_task(value: Any, what: str = "tasks[]") -> dict[str, Any]:
     }
 
 
+def _reason(raw: dict[str, Any]) -> str:
+    """Why the rendezvous asked: one of REASONS (a dump and its evidence carry the same field)."""
+    reason = raw.get("reason", "hang")
+    if reason not in REASONS:
+        raise ProtocolError(f"reason: expected one of {', '.join(REASONS)}")
+    return reason
+
+
 @_message("dump")
 class Dump(Message):
     round: int
@@ -79,9 +87,7 @@ class Dump(Message):
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Dump":
-        reason = raw.get("reason", "hang")
-        if reason not in REASONS:
-            raise ProtocolError(f"reason: expected one of {', '.join(REASONS)}")
+        reason = _reason(raw)
         return cls(round=_int(raw.get("round"), "round"), request=_int(raw.get("request"), "request", 1, 2**31),
                    reason=reason)
 
@@ -98,9 +104,7 @@ class Evidence(Message):
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Evidence":
-        reason = raw.get("reason", "hang")
-        if reason not in REASONS:
-            raise ProtocolError(f"reason: expected one of {', '.join(REASONS)}")
+        reason = _reason(raw)
         return cls(round=_int(raw.get("round"), "round"), request=_int(raw.get("request"), "request", 0, 2**31),
                    tasks=[check_task(t) for t in _list(raw.get("tasks"), "tasks", MAX_SLOTS)], reason=reason,
                    watchdog=_maybe(_text, raw.get("watchdog"), "watchdog", T.MAX_SHORT),
