@@ -77,7 +77,8 @@ def starts(count):
         for each in links:
             while True:
                 message = each.next_message(5.0)
-                if message is not None and message["type"] == "round":
+                # dicts from the baseline's client, typed messages (messages.py) from today's
+                if message is not None and (message["type"] if isinstance(message, dict) else message.TYPE) == "round":
                     break
         taken.append(time.perf_counter() - t0)
         for each in links:

@@ -39,7 +39,7 @@ class FakeAgent:
     index: int
     secret: bytes | None = SECRET
     succeed_after: float | None = None  # seconds into a round after which this machine's workers succeed
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)  # the typed messages of elastic/messages.py
     said: list[str] = field(default_factory=list)
     result: "queue.Queue[Any]" = field(default_factory=queue.Queue)
     link: Any = None
@@ -71,15 +71,15 @@ class FakeAgent:
             message = link.next_message(0.05)
             if message is not None:
                 self.messages.append(message)
-                if message["type"] == "round":
-                    current, round_started = int(message["round"]), time.monotonic()
+                if message.TYPE == "round":
+                    current, round_started = message.round, time.monotonic()
                     link.send("training", round=current)
-                elif message["type"] == "stop":
+                elif message.TYPE == "stop":
                     if round_started is not None:
                         link.send("exited", round=current, outcome="stopped", step=1, detail="stopped")
                     round_started = None
                     link.send("ready", ports=[20000 + self.index], backup=None)
-                elif message["type"] == "finish":
+                elif message.TYPE == "finish":
                     link.close()
                     return message
             if round_started is not None and self.succeed_after is not None and \
@@ -87,13 +87,13 @@ class FakeAgent:
                 link.send("exited", round=current, outcome="succeeded", step=10, detail="")
                 round_started = None
 
-    def rounds(self) -> list[dict[str, Any]]:
-        return [m for m in self.messages if m["type"] == "round"]
+    def rounds(self) -> list[Any]:
+        return [m for m in self.messages if m.TYPE == "round"]
 
-    def wait_round(self, number: int, timeout: float = 20) -> dict[str, Any]:
+    def wait_round(self, number: int, timeout: float = 20) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = [m for m in self.rounds() if m["round"] == number]
+            found = [m for m in self.rounds() if m.round == number]
             if found:
                 return found[0]
             time.sleep(0.05)
@@ -107,14 +107,14 @@ def test_two_machines_form_one_round_ranked_by_node_rank_and_finish(etcd):
     job = settings("two", 2, 2)
     agents = [FakeAgent(etcd, job, i, succeed_after=0.3).start() for i in (1, 0)]
     finishes = [a.outcome() for a in agents]
-    assert [f["status"] for f in finishes] == [0, 0], finishes
+    assert [f.status for f in finishes] == [0, 0], finishes
     first = {a.index: a.rounds()[0] for a in agents}
-    assert first[0]["node_rank"] == 0 and first[1]["node_rank"] == 1
-    assert first[0]["workers"] == ["127.0.0.1:20000", "127.0.0.2:20001"] == first[1]["workers"]
-    assert first[1]["first_index"] == 1 and first[0]["world_size"] == 2
+    assert first[0].node_rank == 0 and first[1].node_rank == 1
+    assert first[0].workers == ["127.0.0.1:20000", "127.0.0.2:20001"] == first[1].workers
+    assert first[1].first_index == 1 and first[0].world_size == 2
     # Exactly one machine coordinated, and its agent is the one told to print the job's report.
-    assert sum(bool(f.get("print_report")) for f in finishes) == 1
-    assert "succeeded" in finishes[0]["report"]
+    assert sum(f.print_report for f in finishes) == 1
+    assert "succeeded" in finishes[0].report
     # Late machines are told the job is over (for the finish record's lease).
     from tfdist.launch.elastic.client import Refused
 
@@ -127,16 +127,16 @@ def test_a_lost_machine_stops_the_round_and_the_next_runs_on_the_others(etcd):
     job = settings("loss", 1, 3)
     agents = [FakeAgent(etcd, job, i).start() for i in range(3)]
     for a in agents:
-        assert a.wait_round(0)["world_size"] == 3
+        assert a.wait_round(0).world_size == 3
     victim = next(a for a in agents if not a.link.coordinating)
     victim.link._closed.set()  # its lease is no longer kept alive: etcd drops it after the TTL
     survivors = [a for a in agents if a is not victim]
     for a in survivors:
-        assert a.wait_round(1)["world_size"] == 2
-        assert any(m["type"] == "stop" and m["round"] == 0 and not m["graceful"] for m in a.messages)
+        assert a.wait_round(1).world_size == 2
+        assert any(m.TYPE == "stop" and m.round == 0 and not m.graceful for m in a.messages)
     for a in survivors:
         a.succeed_after = 0.1
-    reports = [a.outcome()["report"] for a in survivors]
+    reports = [a.outcome().report for a in survivors]
     assert all("lost machines: " in r for r in reports), reports
 
 
@@ -149,11 +149,11 @@ def test_the_coordinators_machine_lost_another_takes_over_with_the_same_round_nu
     boss.link._closed.set()  # stops its coordinator and its lease refreshes: the whole machine is gone
     rest = [a for a in agents if a is not boss]
     for a in rest:
-        assert a.wait_round(1)["world_size"] == 2
+        assert a.wait_round(1).world_size == 2
     assert sum(a.link.coordinating for a in rest) == 1
     for a in rest:
         a.succeed_after = 0.1
-    report = next(f for f in (a.outcome() for a in rest) if f.get("print_report"))["report"]
+    report = next(f for f in (a.outcome() for a in rest) if f.print_report).report
     assert "#1: 2 machine(s)" in report and "#2:" not in report, report  # the second round, numbered on
     assert f"lost machines: m{boss.index}" in report
 
@@ -177,8 +177,8 @@ def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped
     for a in agents:
         a.succeed_after = 0.1
     finishes = [a.outcome() for a in agents]
-    assert [f["status"] for f in finishes] == [0, 0]
-    assert all(r["world_size"] == 2 for a in agents for r in a.rounds())
+    assert [f.status for f in finishes] == [0, 0]
+    assert all(r.world_size == 2 for a in agents for r in a.rounds())
 
 
 def test_etcd_silent_longer_than_the_node_timeout_is_a_graceful_loss(etcd):
@@ -216,7 +216,7 @@ def test_tls_and_etcd_user_authentication_through_the_conf_and_a_wrong_password_
         agent = FakeAgent(etcd, job, 0, succeed_after=0.1)
         agent.link = EtcdLink(conf, job, secret=SECRET, say=agent.said.append)
         threading.Thread(target=agent._run, daemon=True).start()
-        assert agent.outcome()["status"] == 0
+        assert agent.outcome().status == 0
         for pairs in ((f"user=trainer,password_file={bad}", tls), (tls,)):  # a wrong password, and none at all
             link = EtcdLink(parse_conf(etcd.endpoint, pairs, 2.0, {}), settings(f"authed{len(pairs)}", 1, 1),
                             secret=SECRET)

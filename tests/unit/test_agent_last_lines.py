@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
+from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.agent import Agent, AgentSpec
 from tfdist.launch.elastic.node_group import NodeGroup
 from tfdist.launch.local.ports import free_ports
@@ -48,8 +49,7 @@ def test_a_finished_job_relays_the_last_lines_of_a_worker_still_running_here(tmp
     proc = agent.group.group.procs[0]
     assert _wait(lambda: "trained" in capfd.readouterr().out or "trained" in Path(proc.log_path).read_text())
     statuses: list[int] = []
-    finishing = threading.Thread(target=lambda: statuses.append(agent._finish({"type": "finish", "status": 0,
-                                                                                 "report": ""})))
+    finishing = threading.Thread(target=lambda: statuses.append(agent._finish(M.Finish(status=0))))
     finishing.start()
     # The old agent stops the worker and returns; the fixed one waits for it. Either way, only then does the worker
     # get to print its last line.
@@ -67,7 +67,7 @@ def test_a_failed_job_still_stops_the_workers_at_once(tmp_path, capfd):
     agent = _agent_with_a_running_worker(tmp_path, trigger)
     proc = agent.group.group.procs[0]
     assert _wait(lambda: "trained" in Path(proc.log_path).read_text())
-    assert agent._finish({"type": "finish", "status": 3, "report": "tfdist: job j did not succeed"}) == 3
+    assert agent._finish(M.Finish(status=3, report="tfdist: job j did not succeed")) == 3
     assert proc.poll() not in (None, 0)  # stopped by a signal: nothing it does matters once the job failed
     assert "last line" not in capfd.readouterr().out
 

@@ -62,6 +62,11 @@ def _file(name, data: bytes, **flags):
 PING = {"type": "ping"}
 
 
+def _checked(raw: dict | None) -> M.Message | None:
+    """What the receiver's link hands on: the message as a frame's decode checks it (``messages.from_fields``)."""
+    return None if raw is None else M.from_fields(raw)
+
+
 def _restore(manifest, **changes):
     return {"name": manifest["name"], "files": manifest["files"], "sizes": manifest["sizes"], "from": "m1",
             **changes}
@@ -75,7 +80,7 @@ def transfer(tmp_path, corrupt: bool = False, edit=None, restore_changes=None, m
     write_backup(tmp_path / "b", 3)  # an older backup already there
     manifest = source.manifest()
     pipe = Pipe()
-    source.upload(pipe, {"round": 1, "name": manifest["name"], "files": manifest["files"]})
+    source.upload(pipe, M.Send(round=1, name=manifest["name"], files=manifest["files"]))
     if corrupt:
         flipped = bytearray(base64.b64decode(pipe.messages[1]["data"]))
         flipped[10] ^= 0xFF  # same size, other bytes
@@ -84,7 +89,7 @@ def transfer(tmp_path, corrupt: bool = False, edit=None, restore_changes=None, m
         edit(pipe.messages)
     queue = iter(pipe.messages)
     said: list[str] = []
-    ok, other = target.await_restore(_restore(manifest, **(restore_changes or {})), lambda: next(queue, PING),
+    ok, other = target.await_restore(_restore(manifest, **(restore_changes or {})), lambda: _checked(next(queue, PING)),
                                      said.append)
     return ok, other, target, said
 
@@ -158,7 +163,7 @@ def test_a_fifo_planted_in_the_backup_folder_is_never_opened(tmp_path):
     os.mkfifo(shard)
     assert store.manifest()["name"] is None  # not offered (reading a FIFO would block forever)
     pipe = Pipe()
-    store.upload(pipe, {"round": 1, "name": "ckpt-9", "files": {"ckpt-9.data-00000-of-00001": "ab" * 32}})
+    store.upload(pipe, M.Send(round=1, name="ckpt-9", files={"ckpt-9.data-00000-of-00001": "ab" * 32}))
     assert pipe.messages == []
 
 

@@ -247,7 +247,7 @@ def test_an_agent_that_cannot_read_its_tasks_answers_at_once_and_says_why(enable
 
     from tfdist.launch.elastic.node_group import TaskOptions
 
-    reply = answer(group, 2, {"type": "dump", "round": 2, "request": 5, "reason": "hang"},
+    reply = answer(group, 2, Dump(round=2, request=5, reason="hang"),
                    TaskOptions(flight_recorder=enabled))
     assert (reply.round, reply.request, reply.tasks) == (2, 5, []) and note in reply.note
     assert M.decode(M.encode(reply)) == reply

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.launch.elastic.membership import MembershipPolicy, Finish, Node, Phase, RendezvousSettings, StartRound, Stop
+from tfdist.launch.outcome import Outcome
 
 V = {"python": "3.12.3", "tfdist": "0.1.0", "tensorflow": "2.21.0"}
 
@@ -117,7 +118,7 @@ def test_below_min_after_a_loss_waits_then_fails_naming_the_lost_machine():
 def test_a_failure_is_blamed_restarts_and_repeated_failures_blacklist():
     policy, _ = running(max_restarts=5)
     for round_ in range(2):
-        policy.on_exited(2, round_, "failed", 10, "worker:2 exited 1", now=20.0)
+        policy.on_exited(2, round_, Outcome.FAILED, 10, "worker:2 exited 1", now=20.0)
         (stop,) = policy.tick(20.0)
         assert isinstance(stop, Stop) and set(stop.node_ids) == {1, 2, 3}
         stop_all(policy, 21.0)
@@ -131,7 +132,7 @@ def test_a_failure_is_blamed_restarts_and_repeated_failures_blacklist():
 
 def test_a_failure_beside_a_lost_machine_is_not_blamed():
     policy, _ = running()
-    policy.on_exited(1, 0, "failed", 10, "collective failed", now=20.0)
+    policy.on_exited(1, 0, Outcome.FAILED, 10, "collective failed", now=20.0)
     policy.on_lost(3, "no keep-alive", now=21.0)
     policy.tick(21.0)
     stop_all(policy, 22.0)
@@ -141,7 +142,7 @@ def test_a_failure_beside_a_lost_machine_is_not_blamed():
 
 def test_failures_past_the_budget_fail_the_job():
     policy, _ = running(max_restarts=0)
-    policy.on_exited(1, 0, "failed", 10, "worker:0 exited 1", now=20.0)
+    policy.on_exited(1, 0, Outcome.FAILED, 10, "worker:0 exited 1", now=20.0)
     policy.tick(20.0)
     stop_all(policy, 21.0)
     (finish,) = policy.tick(21.0)
@@ -168,10 +169,10 @@ def test_a_joining_machine_scales_up_gracefully_once_the_round_trains():
 
 def test_rank_zero_success_finishes_the_job():
     policy, _ = running()
-    policy.on_exited(1, 0, "succeeded", 120, "", now=30.0)
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=30.0)
     assert policy.phase is Phase.FINISHING and policy.tick(30.0) == []
-    policy.on_exited(2, 0, "succeeded", 120, "", now=30.5)
-    policy.on_exited(3, 0, "succeeded", 120, "", now=30.6)
+    policy.on_exited(2, 0, Outcome.SUCCEEDED, 120, "", now=30.5)
+    policy.on_exited(3, 0, Outcome.SUCCEEDED, 120, "", now=30.6)
     (finish,) = policy.tick(30.7)
     assert isinstance(finish, Finish) and finish.status == 0
 
@@ -188,7 +189,7 @@ def test_an_interrupt_saves_everywhere_then_ends_with_the_signal_status():
 
 def _fail_round(policy: MembershipPolicy, now: float) -> list:
     """Node 2's tasks fail in the current round at ``now``; every machine confirms its stop; the tick after."""
-    policy.on_exited(2, policy.round, "failed", 10, "worker:2 exited 1", now=now)
+    policy.on_exited(2, policy.round, Outcome.FAILED, 10, "worker:2 exited 1", now=now)
     policy.tick(now)
     stop_all(policy, now)
     return policy.tick(now + 0.01)
@@ -227,7 +228,7 @@ def test_the_report_has_the_single_machine_shape():
 
     policy, _ = running()
     for node_id in (1, 2, 3):
-        policy.on_exited(node_id, 0, "succeeded", 120, "", now=30.0)
+        policy.on_exited(node_id, 0, Outcome.SUCCEEDED, 120, "", now=30.0)
     (finish,) = policy.tick(30.1)
     for node_id in (1, 2, 3):  # the agents leave once the job is over
         policy.on_lost(node_id, "its agent closed the connection", now=31.0)
@@ -236,7 +237,7 @@ def test_the_report_has_the_single_machine_shape():
     assert "succeeded: succeeded" not in finish.report and "lost" not in policy.report(0, "succeeded")
 
     policy, _ = running(max_restarts=0)
-    policy.on_exited(2, 0, "failed", 10, "worker:2 exited 1", now=20.0)
+    policy.on_exited(2, 0, Outcome.FAILED, 10, "worker:2 exited 1", now=20.0)
     policy.tick(20.0)
     stop_all(policy, 21.0)
     (finish,) = policy.tick(21.0)

@@ -67,6 +67,7 @@ def _clean(text: str) -> bool:
 
 def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_text(capsys):
     from tfdist.launch.elastic.membership import MembershipPolicy, Node, RendezvousSettings
+    from tfdist.launch.outcome import Outcome
 
     policy = MembershipPolicy(RendezvousSettings(job="j", min_nodes=1, max_nodes=2, max_restarts=0), now=0.0)
     node = Node(1, HOSTILE, "198.18.0.1\x1b[1m", 1, None, {})
@@ -75,7 +76,7 @@ def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_te
     policy.on_ready(1, (1000,), None)
     policy.tick(0.0)
     policy.tick(10.0)
-    policy.on_exited(1, 0, "failed", 3, f"worker:0 exited 1 {HOSTILE}", now=11.0)
+    policy.on_exited(1, 0, Outcome.FAILED, 3, f"worker:0 exited 1 {HOSTILE}", now=11.0)
     policy.tick(11.0)
     policy.on_ready(1, (1000,), None)
     (finish,) = policy.tick(12.0)
@@ -86,6 +87,7 @@ def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_te
 def test_the_agent_prints_what_peers_sent_as_printable_text(capsys, tmp_path):
     import sys
 
+    from tfdist.launch.elastic import messages as M
     from tfdist.launch.elastic.agent import Agent, AgentSpec
     from tfdist.protocol import Command
 
@@ -95,6 +97,6 @@ def test_the_agent_prints_what_peers_sent_as_printable_text(capsys, tmp_path):
     # The report is several lines by design (the rendezvous makes each one printable); here each line is shown as
     # text too, so escape codes in it are never run.
     report = "tfdist: job j did not succeed\n  evil\x1b[2J\x1b]0;owned\x07"
-    assert agent._finish({"type": "finish", "status": 3, "report": report}) == 3
+    assert agent._finish(M.Finish(status=3, report=report)) == 3
     err = capsys.readouterr().err
     assert _clean(err) and "\\x1b[2J" in err and "tfdist: job j did not succeed" in err

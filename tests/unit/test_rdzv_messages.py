@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tfdist.launch.elastic import messages as M
+from tfdist.launch.outcome import Outcome
 
 SHA = "ab" * 32
 
@@ -18,7 +19,7 @@ def test_messages_round_trip():
     sent = [M.Join(job="j", name="n", address="10.0.0.1", slots=2, node_rank=0, versions={"tfdist": "1"}),
             M.Ready(ports=[1234], backup=M.Backup("ab12", "ckpt-3", {"checkpoint": SHA, "ckpt-3.index": SHA},
                                                  {"checkpoint": 10, "ckpt-3.index": 20})),
-            M.Ready(ports=[1, 2], backup=None), M.Exited(round=0, outcome="failed", step=None, detail="x"),
+            M.Ready(ports=[1, 2], backup=None), M.Exited(round=0, outcome=Outcome.FAILED, step=None, detail="x"),
             M.File(name="ckpt-3.data-00000-of-00001", data="AAAA", end=True, last=True), M.Ping(),
             M.Stop(round=1, graceful=True, reason="r"), M.Finish(status=0, report="ok"), M.Welcome(node_id=4),
             M.Refused(reason="no", status=2, versions=[1]), M.Send(round=1, name="ckpt-3", files={"checkpoint": SHA})]

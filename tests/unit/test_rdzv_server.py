@@ -30,11 +30,11 @@ def _link(server, name: str = "agent", slots: int = 1, rank: int | None = None) 
     return link
 
 
-def _message(link: RendezvousLink, kind: str, timeout: float = 5.0) -> dict:
+def _message(link: RendezvousLink, kind: type[M.Message], timeout: float = 5.0) -> M.Message:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         message = link.next_message(0.2)
-        if message is not None and message.get("type") == kind:
+        if isinstance(message, kind):
             return message
     raise AssertionError(f"no {kind} message within {timeout:g}s")
 
@@ -387,8 +387,8 @@ def test_the_agents_client_joins_and_gets_its_round():
     with _server(min_nodes=1, max_nodes=1) as server:
         link = _link(server, "agent", slots=2)
         assert link.send("ready", ports=[30000, 30001])
-        round_ = _message(link, "round")
-        assert round_["world_size"] == 2 and round_["workers"] == ["127.0.0.1:30000", "127.0.0.1:30001"]
+        round_ = _message(link, M.Round)
+        assert round_.world_size == 2 and round_.workers == ["127.0.0.1:30000", "127.0.0.1:30001"]
         link.close()
 
 
@@ -405,10 +405,10 @@ def test_the_agents_client_hears_the_stop_after_a_peer_is_lost():
         link = _link(server, "agent", rank=0)
         link.send("ready", ports=[31000])
         other = member(server, "other", rank=1)
-        _message(link, "round")
+        _message(link, M.Round)
         other.close()
-        stop = _message(link, "stop")
-        assert stop["graceful"] is False and "lost other (" in stop["reason"]
+        stop = _message(link, M.Stop)
+        assert stop.graceful is False and "lost other (" in stop.reason
         link.close()
 
 

@@ -11,6 +11,7 @@ from tfdist.cluster.placement import RoleCounts, counts_text, parse_counts
 from tfdist.launch.elastic.membership import Finish, MembershipPolicy, Node, Phase, RendezvousSettings, StartRound
 from tfdist.launch.elastic.round_roles import describe, leader_rank, local_tasks, round_layout
 from tfdist.launch.local.layout import tf_config_for
+from tfdist.launch.outcome import Outcome
 
 PS = RoleCounts(chief=True, ps=1)
 
@@ -112,9 +113,9 @@ def test_the_round_carries_each_machine_s_slots_and_pins():
 def test_the_success_of_the_machine_holding_the_chief_ends_the_job_not_node_rank_0_s():
     policy, _ = policy_with((1, ("ps",), "chief,ps=1"), (2, (), "chief,ps=1"))
     policy.tick(1.0)
-    policy.on_exited(1, 0, "succeeded", None, "", now=2.0)  # node rank 0 holds only the parameter server
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, None, "", now=2.0)  # node rank 0 holds only the parameter server
     assert policy.phase is Phase.RUNNING
-    policy.on_exited(2, 0, "succeeded", 120, "", now=3.0)
+    policy.on_exited(2, 0, Outcome.SUCCEEDED, 120, "", now=3.0)
     assert policy.phase is Phase.FINISHING
 
 

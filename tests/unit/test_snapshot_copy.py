@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.unit.rdzv_peer import live_server, member, next_of
-from tests.unit.test_backup_transfer import Pipe
+from tests.unit.test_backup_transfer import Pipe, _checked
 from tfdist.launch.elastic import backup_copy
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.backup_relay import BackupRelay
@@ -96,13 +96,13 @@ def copy_of(tmp_path, *, edit=None, copy_changes=None, own_step: int | None = 33
         write_snapshot(tmp_path / "b", own_step, shift=0.5)
     manifest = source.manifest()
     pipe = Pipe()
-    source.upload(pipe, {"round": 1, "name": "snap-000000000020", "files": manifest["files"], "what": "snapshot"})
+    source.upload(pipe, M.Send(round=1, name="snap-000000000020", files=manifest["files"], what="snapshot"))
     if edit:
         edit(pipe.messages)
     queue = iter(pipe.messages)
     said: list[str] = []
-    other = target.await_restore({**manifest, "from": "m1", **(copy_changes or {})}, lambda: next(queue, None),
-                                 said.append)
+    other = target.await_restore({**manifest, "from": "m1", **(copy_changes or {})},
+                                 lambda: _checked(next(queue, None)), said.append)
     return other, target, said
 
 
@@ -178,7 +178,7 @@ def test_a_copy_that_stalls_hits_its_deadline(tmp_path, monkeypatch):
 def test_a_stop_during_the_copy_is_handed_back_and_nothing_is_kept(tmp_path):
     stop = {"type": "stop", "round": 1, "graceful": False, "reason": "lost node 1"}
     other, target, said = copy_of(tmp_path, edit=lambda m: m.__setitem__(slice(None), [stop]))
-    assert other == stop and target.steps() == [] and said == []
+    assert other == M.Stop(round=1, graceful=False, reason="lost node 1") and target.steps() == [] and said == []
 
 
 # -- the rendezvous' side: plan, order after the backup, forwarding -------------------------------------------------
@@ -225,8 +225,7 @@ class PeerChannel:
 
 def _receive(peer):
     def receive():
-        message = peer.receive(timeout=5.0)
-        return None if message is None else M.as_dict(message)
+        return peer.receive(timeout=5.0)
     return receive
 
 
@@ -267,7 +266,7 @@ def test_a_joiner_gets_the_survivors_snapshot_through_the_rendezvous(tmp_path, d
         if dishonest == "bystander-injects":  # b is a member, but not the sender: its chunks are dropped
             b.send(M.File(name=snapshot_name(20), data=base64.b64encode(b"forged").decode(), end=True, last=True),
                    wait=5.0)
-        SnapshotCopy(str(folders["a"])).upload(PeerChannel(a), M.as_dict(request))
+        SnapshotCopy(str(folders["a"])).upload(PeerChannel(a), request)
         lines: list[str] = []
         assert SnapshotCopy(str(folders["c"])).await_restore(copy, _receive(c), lines.append) is None
     assert any("copying snapshot of step 20 from a (127.0.0.1) to c (127.0.0.1)" in s for s in said), said
@@ -300,7 +299,7 @@ def test_a_sender_that_dies_mid_copy_stops_the_round_and_another_survivor_sends_
         a.close()
         lines: list[str] = []
         stopped = SnapshotCopy(str(folders["c"])).await_restore(copy, _receive(c), lines.append)
-        assert stopped is not None and stopped["type"] == "stop" and lines == []
+        assert isinstance(stopped, M.Stop) and lines == []
         assert SnapshotCopy(str(folders["c"])).steps() == []  # no partial copy, and its own older one dropped
         assert not [p for p in folders["c"].iterdir() if p.name.startswith(".incoming")]
         next_of(b, M.Stop)
@@ -308,6 +307,6 @@ def test_a_sender_that_dies_mid_copy_stops_the_round_and_another_survivor_sends_
             peer.send(M.Ready(ports=[29002], snapshot=SnapshotCopy(str(folders[n])).manifest()))
         again = next_of(c, M.Round)
         assert again.round == 2 and again.snapshot["from"] == "b (127.0.0.1)" and again.snapshot["step"] == 20
-        SnapshotCopy(str(folders["b"])).upload(PeerChannel(b), M.as_dict(next_of(b, M.Send)))
+        SnapshotCopy(str(folders["b"])).upload(PeerChannel(b), next_of(b, M.Send))
         assert SnapshotCopy(str(folders["c"])).await_restore(again.snapshot, _receive(c), lines.append) is None
         assert SnapshotCopy(str(folders["c"])).steps() == [20] and "from b (127.0.0.1)" in lines[0]

@@ -17,9 +17,11 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from tfdist.launch.elastic import flight_agent, machine_run
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.flight_messages import Dump
 from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.cluster.placement import counts_text
 from tfdist.launch.elastic.node_group import NodeGroup, RoundGroup, TaskOptions
@@ -103,7 +105,7 @@ class Agent:
         self.link: RendezvousBackend | None = None  # type: ignore[assignment]
         self.stops = StopRequests()  # signals become flags (local/stops.py), checked wherever the agent waits
         self.address = ""
-        self._deferred: dict[str, Any] | None = None
+        self._deferred: M.Message | None = None
         self.spares: SparePool | None = None
         # One run per machine: its record, folder and live view follow the single-machine launcher's layout.
         self.run_id = f"{spec.job[:48]}-{uuid.uuid4().hex[:8]}"
@@ -252,20 +254,19 @@ class Agent:
         stopped_by_signal = False
         while True:
             message, self._deferred = self._deferred or self.link.next_message(timeout=0.05), None
-            if message is not None:
-                kind = message["type"]
-                if kind == "round":
+            match message:  # typed and checked by the link (messages.py); pings and strays fall through
+                case M.Round():
                     self._start_round(message)
-                elif kind == "stop":
+                case M.Stop():
                     self._stop_round(message, address)
-                elif kind == "finish":
+                case M.Finish():
                     return self._finish(message)
-                elif kind == "send" and message.get("what") == "snapshot" and self.snapshots and self.snapshots.path:
+                case M.Send(what="snapshot") if self.snapshots and self.snapshots.path:
                     self.link.upload(message, SnapshotCopy(self.snapshots.path))
-                elif kind == "dump":  # the rendezvous collects every machine's stacks before anything is stopped
+                case Dump():  # the rendezvous collects every machine's stacks before anything is stopped
                     flight_agent.send(self.link, self.spec,
                                       flight_agent.answer(self.group, self.round, message, self.spec.tasks))
-                elif kind == "send" and self.backups is not None:
+                case M.Send() if self.backups is not None:
                     self.link.upload(message, self.backups)
             if self._signalled() is not None and not stopped_by_signal and self.server is None:
                 stopped_by_signal = True
@@ -277,10 +278,10 @@ class Agent:
                 return int(ExitStatus.PREEMPTED)
             self._watch_group()
 
-    def _start_round(self, message: dict[str, Any]) -> None:
-        self.round = int(message["round"])
-        self.node_rank = int(message["node_rank"])
-        restore = message.get("restore")
+    def _start_round(self, message: M.Round) -> None:
+        self.round = message.round
+        self.node_rank = message.node_rank
+        restore = message.restore
         if restore and self.backups is not None:
             restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
             if other is not None:  # the round was stopped before it started here
@@ -290,7 +291,7 @@ class Agent:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
                 self._ready(self.address)
                 return
-        copy = message.get("snapshot")  # the survivors' in-memory snapshot, taken in before the tasks start
+        copy = message.snapshot  # the survivors' in-memory snapshot, taken in before the tasks start
         if copy and self.snapshots is not None and self.snapshots.path:
             other = SnapshotCopy(self.snapshots.path).await_restore(copy, lambda: self.link.next_message(0.5),
                                                                      self.say)
@@ -299,10 +300,10 @@ class Agent:
                 return
         roles, placed = {}, ""
         if self.spec.roles is not None:  # every agent places the round's tasks by the same rule
-            layout, placements = round_layout(message["nodes"], message["workers"], self.spec.roles)
+            layout, placements = round_layout(message.nodes, message.workers, self.spec.roles)
             roles, placed = {"roles": (layout, local_tasks(placements, self.node_rank))}, describe(placements)
         self.group = self.make_group(kill_now=lambda: self.stops.kill_now, **roles,
-            command=self.spec.command, workers=tuple(message["workers"]), first_index=int(message["first_index"]),
+            command=self.spec.command, workers=tuple(message.workers), first_index=message.first_index,
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
             legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
@@ -315,13 +316,13 @@ class Agent:
         if self.metrics is not None and self.round > 0:
             self.metrics.restart()
         self._task_states("running")
-        self.say(f"round {self.round}: started workers {self.group.describe()} of {message['world_size']} "
-                 f"on {len(message['nodes'])} machine(s)" + (f"; roles: {placed}" if placed else ""))
+        self.say(f"round {self.round}: started workers {self.group.describe()} of {message.world_size} "
+                 f"on {len(message.nodes)} machine(s)" + (f"; roles: {placed}" if placed else ""))
 
-    def _stop_round(self, message: dict[str, Any], address: str) -> None:
-        graceful = bool(message.get("graceful"))
-        if self.group is not None and int(message.get("round", self.round)) == self.round:
-            self.say(f"stopping round {self.round}{' (saving first)' if graceful else ''}: {message.get('reason')}")
+    def _stop_round(self, message: M.Stop, address: str) -> None:
+        graceful = message.graceful
+        if self.group is not None and message.round == self.round:
+            self.say(f"stopping round {self.round}{' (saving first)' if graceful else ''}: {message.reason}")
             outcome = self.group.stop(graceful=graceful)
             self._report_exit(outcome, self.group.step(), "stopped by the rendezvous")
             self.group = None
@@ -370,8 +371,8 @@ class Agent:
         step = step if step is None or step >= 0 else None
         self.link.send("exited", round=self.round, outcome=outcome.value, step=step, detail=detail[:4096])
 
-    def _finish(self, message: dict[str, Any]) -> int:
-        status = int(message["status"])
+    def _finish(self, message: M.Finish) -> int:
+        status = message.status
         if self.group is not None:
             # The job is over before this machine's workers are: after a success they are past training, printing
             # their last lines and exiting, so they get the grace period to end on their own (killing them here
@@ -382,8 +383,8 @@ class Agent:
             else:
                 self.group.stop(graceful=False)
             self.group = None
-        if self.server is not None or status != 0 or message.get("print_report"):
-            report = str(message.get("report", "")).splitlines()
+        if self.server is not None or status != 0 or message.print_report:
+            report = message.report.splitlines()
             print("\n".join(printable(line, LINE_MAX) for line in report), file=sys.stderr, flush=True)
         self.say(f"job over, exit status {status}")
         return status

@@ -5,14 +5,30 @@
 - ``etcd``: an etcd v3 cluster (``--rdzv-endpoint host:port[,host:port...]``); :class:`EtcdLink` carries the same
   messages through etcd keys, leases and watches, and the agents elect the machine that runs the policy.
 
-Both deliver the same messages (``round``, ``stop``, ``finish``, ``send``, ``file`` as dicts, see ``wire.py``) and take
-the same ones (``ready``, ``training``, ``exited``), so the agent does not know which one it has.
+Both deliver the same typed messages (``round``, ``stop``, ``finish``, ``send``, ``file``, ``dump``: the dataclasses
+of ``messages.py`` and ``flight_messages.py``, checked on the way in) and take the same ones (``ready``,
+``training``, ``exited``, ``evidence``), so the agent does not know which one it has.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    from tfdist.launch.elastic.messages import Message, Send
 
 BACKENDS = ("tfdist", "etcd")
+
+
+class Sender(Protocol):
+    """Where an upload's chunks go: ``send(kind, **fields)``; False: stop sending."""
+
+    def send(self, kind: str, **fields: Any) -> bool | None: ...
+
+
+class FileSource(Protocol):
+    """A folder that streams the files a ``send`` request names (``BackupStore``, ``SnapshotCopy``)."""
+
+    def upload(self, channel: Sender, request: Send) -> None: ...
 
 
 class RendezvousBackend(Protocol):
@@ -22,15 +38,15 @@ class RendezvousBackend(Protocol):
         """Reach the rendezvous and join (retrying until ``deadline`` or ``give_up()``).
         Raises Refused (exit with its status) or TimeoutError."""
 
-    def next_message(self, timeout: float) -> dict[str, Any] | None:
+    def next_message(self, timeout: float) -> Message | None:
         """The next message, or None after ``timeout``. Raises Lost when the rendezvous is gone; a Lost whose
         ``graceful`` is true lets the workers save first (the peers are not the ones that went away)."""
 
     def send(self, kind: str, **fields: Any) -> None:
         """Queue one message (never blocks on the network for long)."""
 
-    def upload(self, request: dict[str, Any], store: Any) -> None:
-        """Stream the backup files a ``send`` request names from ``store`` (a BackupStore)."""
+    def upload(self, request: Send, store: FileSource) -> None:
+        """Stream the files a ``send`` request names from ``store``."""
 
     def close(self) -> None:
         """Leave: the rendezvous counts this machine as gone at once."""

@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable
 
 from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.backend import Sender
 from tfdist.launch.elastic.wire import FILE_CHUNK
 
 # tf-keras' name for the folder the chief writes and every worker restores from (worker_training_state.py).
@@ -72,7 +73,7 @@ def counter(name: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def stream_files(folder: str, names: list[str], channel: Any) -> None:
+def stream_files(folder: str, names: list[str], channel: Sender) -> None:
     """Send ``names`` (already checked against their pattern) from ``folder``, chunk by chunk, through
     ``channel.send(kind, **fields)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
     the receivers time out and say "not restored"."""
@@ -93,7 +94,7 @@ def stream_files(folder: str, names: list[str], channel: Any) -> None:
 
 
 def receive_files(incoming: str, expected: dict[str, str], sizes: dict[str, int],
-                  receive: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+                  receive: Callable[[], M.Message | None]) -> M.Message | None:
     """Write the chunks of ``expected`` (name -> digest, checked by the caller) into ``incoming``, each at most its
     declared size, within a deadline; a message that is not a file is handed back (stop, finish).
 
@@ -108,13 +109,13 @@ def receive_files(incoming: str, expected: dict[str, str], sizes: dict[str, int]
             if time.monotonic() > deadline:
                 raise NotRestored("the copy did not finish in time")
             message = receive()
-            if message is None or message.get("type") == "ping":
+            if message is None or isinstance(message, M.Ping):
                 continue
-            if message.get("type") != "file":
+            if not isinstance(message, M.File):
                 return message
-            name, data = message.get("name"), message.get("data")
-            if name not in expected or not isinstance(data, str):
-                raise NotRestored(f"unexpected file {str(name)[:100]!r}")
+            name, data = message.name, message.data
+            if name not in expected:
+                raise NotRestored(f"unexpected file {name[:100]!r}")
             chunk = base64.b64decode(data, validate=True)
             written[name] += len(chunk)
             if written[name] > sizes[name]:
@@ -125,7 +126,7 @@ def receive_files(incoming: str, expected: dict[str, str], sizes: dict[str, int]
                              0o600)
                 handle = handles[name] = os.fdopen(fd, "wb")
             handle.write(chunk)
-            if message.get("last") is True:
+            if message.last:
                 break
         short = [n for n in expected if written[n] != sizes[n]]
         if short:
@@ -186,15 +187,14 @@ class BackupStore:
         return result
 
     # -- sending -------------------------------------------------------------------------------------------------
-    def upload(self, channel: Any, request: dict[str, Any]) -> None:
+    def upload(self, channel: Sender, request: M.Send) -> None:
         """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(kind,
         **fields)`` (False: stop). Only backup file names, only regular files."""
-        stream_files(self.folder, [str(n) for n in request.get("files") or () if M.BACKUP_FILE.fullmatch(str(n))],
-                     channel)
+        stream_files(self.folder, [n for n in request.files if M.BACKUP_FILE.fullmatch(n)], channel)
 
     # -- receiving -----------------------------------------------------------------------------------------------
-    def await_restore(self, restore: dict[str, Any], receive: Callable[[], dict[str, Any] | None],
-                      say: Callable[[str], None]) -> tuple[bool, dict[str, Any] | None]:
+    def await_restore(self, restore: dict[str, Any], receive: Callable[[], M.Message | None],
+                      say: Callable[[str], None]) -> tuple[bool, M.Message | None]:
         """Receive the files ``restore`` lists, check them, and swap them in.
 
         Returns ``(restored, other)``: ``other`` is a message that interrupted the transfer (stop, finish) for the
@@ -236,7 +236,7 @@ class BackupStore:
         return expected, sizes
 
     def _receive_files(self, incoming: str, expected: dict[str, str], sizes: dict[str, int],
-                       receive: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+                       receive: Callable[[], M.Message | None]) -> M.Message | None:
         return receive_files(incoming, expected, sizes, receive)
 
     def _swap_in(self, incoming: str) -> None:

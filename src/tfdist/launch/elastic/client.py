@@ -21,6 +21,7 @@ from tfdist.cluster.address import format_address
 from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
+from tfdist.launch.elastic.backend import FileSource
 from tfdist.status import ExitStatus
 from tfdist.validate import printable
 
@@ -148,8 +149,8 @@ class RendezvousLink:
             channel.close(f"{bad}" or type(bad).__name__)
             inbox.put(None)
 
-    def next_message(self, timeout: float) -> dict[str, Any] | None:
-        """The next message, or None after ``timeout``. Raises Lost."""
+    def next_message(self, timeout: float) -> M.Message | None:
+        """The next message, as decoded and checked (``messages.py``), or None after ``timeout``. Raises Lost."""
         try:
             message = self._messages.get(timeout=timeout)
         except queue.Empty:
@@ -159,7 +160,7 @@ class RendezvousLink:
         if message is None:
             raise Lost("connection closed")
         self._last_heard = time.monotonic()
-        return M.as_dict(message)
+        return message
 
     def send(self, kind: str, **fields: Any) -> bool:
         """Queue one message; a chunk (``file``) waits up to node_timeout for room (the upload's pace)."""
@@ -168,7 +169,7 @@ class RendezvousLink:
         bulk = kind == "file"
         return self.channel.send(M.make(kind, **fields), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
 
-    def upload(self, request: dict[str, Any], store: Any) -> None:
+    def upload(self, request: M.Send, store: FileSource) -> None:
         if self.channel is not None:
             store.upload(self, request)
 

@@ -25,6 +25,7 @@ from tfdist.cluster.placement import layout_word, role_list
 from tfdist.launch.elastic.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
 from tfdist.launch.elastic.membership import MembershipPolicy
 from tfdist.launch.elastic.backup_relay import BackupRelay
+from tfdist.launch.outcome import Outcome
 
 TICK = 0.05
 
@@ -160,7 +161,7 @@ class Coordinator:
                 if node.in_round:
                     if int(message.get("after_round", -1)) < round_:
                         continue  # the ready that led into this round: the machine is still in it
-                    self.policy.on_exited(node.node_id, round_, "stopped", None, "stopped while the coordinator "
+                    self.policy.on_exited(node.node_id, round_, Outcome.STOPPED, None, "stopped while the coordinator "
                                           "moved", now)
                 self._dispatch(node.node_id, message, now)
 
@@ -228,8 +229,8 @@ class Coordinator:
             elif kind == "training":
                 self.policy.on_training(node_id, int(message["round"]))
             elif kind == "exited":
-                self.policy.on_exited(node_id, int(message["round"]), str(message["outcome"]), message.get("step"),
-                                      str(message.get("detail", "")), now)
+                self.policy.on_exited(node_id, int(message["round"]), Outcome(message["outcome"]),
+                                      message.get("step"), str(message.get("detail", "")), now)
             elif kind == "file":
                 self.relay.on_upload(node_id, message)
         except (KeyError, TypeError, ValueError) as bad:

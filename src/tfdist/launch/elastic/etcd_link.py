@@ -16,8 +16,11 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.backend import FileSource
 from tfdist.launch.elastic.etcd_keys import JobKeys, lease_name
 from tfdist.launch.elastic.etcd_store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
 from tfdist.launch.elastic.membership_types import RendezvousSettings
@@ -47,7 +50,7 @@ class EtcdLink:
         self.store = EtcdStore(conf)
         self.lease = 0
         self.name = ""
-        self._inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._inbox: queue.Queue[M.Message] = queue.Queue()
         self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue(OUTBOX_SIZE)
         self._closed = threading.Event()
         self._last_ok = time.monotonic()
@@ -115,10 +118,10 @@ class EtcdLink:
                     self.close()
                     raise TimeoutError(f"no coordinator answered in etcd at {self.conf.where} in time") from None
                 continue
-            if answer["type"] == "refused":
+            if isinstance(answer, M.Refused):
                 self.close()
-                raise Refused(str(answer.get("reason")), int(answer.get("status", ExitStatus.USAGE)))
-            if answer["type"] == "welcome":
+                raise Refused(answer.reason, answer.status)
+            if isinstance(answer, M.Welcome):
                 return
 
     # -- receiving -----------------------------------------------------------------------------------------------
@@ -126,30 +129,34 @@ class EtcdLink:
         for entry in entries:
             if entry.deleted:
                 continue
-            message = unseal(self.secret, entry.key, entry.value)
-            if message is None or not isinstance(message.get("type"), str):
+            raw = unseal(self.secret, entry.key, entry.value)
+            if raw is None or not isinstance(raw.get("type"), str):
                 self.say(f"dropped a message at {entry.key}: it does not prove the job secret")
                 continue
-            if message["type"] == "round":
-                self._round_seen = max(self._round_seen, int(message.get("round", -1)))
+            try:  # checked as the built-in backend checks a frame: the agent gets the same typed messages
+                message = M.from_fields(raw)
+            except M.ProtocolError as bad:
+                self.say(f"dropped a message at {entry.key}: not a message of this protocol ({bad})")
+                continue
+            if isinstance(message, M.Round):
+                self._round_seen = max(self._round_seen, message.round)
+            if isinstance(message, M.Finish) and raw.get("coordinator") == self.name:
+                message = replace(message, print_report=True)  # the coordinator's machine prints the report
             self._inbox.put(message)
 
     def _on_gap(self, why: str) -> None:
         self._expired = True  # missed messages cannot be recovered: leave and join again
         self.say(f"{why}: joining again")
 
-    def next_message(self, timeout: float) -> dict[str, Any] | None:
-        """The next message from the coordinator, or None after ``timeout``. Raises Lost."""
+    def next_message(self, timeout: float) -> M.Message | None:
+        """The next message from the coordinator, checked (``messages.py``), or None after ``timeout``. Raises
+        Lost."""
         try:
             message = self._inbox.get(timeout=timeout)
         except queue.Empty:
             self._check_alive()
             return None
-        if message["type"] == "welcome":
-            return None
-        if message["type"] == "finish" and message.get("coordinator") == self.name:
-            message = {**message, "print_report": True}
-        return message
+        return None if isinstance(message, M.Welcome) else message
 
     def _check_alive(self) -> None:
         if self._expired:
@@ -166,7 +173,7 @@ class EtcdLink:
             fields["after_round"] = self._round_seen
         self._outbox.put({"type": kind, **fields})
 
-    def upload(self, request: dict[str, Any], store: Any) -> None:
+    def upload(self, request: M.Send, store: FileSource) -> None:
         """Stream the backup files the coordinator asked for (``send``), in chunks etcd accepts."""
         store.upload(_Rechunker(self), request)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from tfdist.launch.elastic.flight_messages import Evidence
+from tfdist.launch.elastic.flight_messages import Dump, Evidence
 from tfdist.launch.flight import transfer
 from tfdist.launch.flight.evidence import TaskEvidence
 
@@ -43,11 +43,11 @@ def job_recorder(enabled: bool, folder: str, run_id: str, say: Callable[[str], N
     return JobRecorder(folder=folder, run_id=run_id, say=say) if enabled else None
 
 
-def answer(group: Any, current_round: int, message: dict[str, Any], options: Any) -> Evidence:
+def answer(group: Any, current_round: int, message: Dump, options: Any) -> Evidence:
     """The answer to a ``dump``: this machine's tasks of that round, read now (``group``: the round's RoundGroup,
     None when none runs here; ``current_round``: the round it runs; ``options``: its TaskOptions); no tasks and a
     note when the recorder is off or nothing of that round runs here."""
-    round_, request, reason = int(message["round"]), int(message["request"]), str(message.get("reason", "hang"))
+    round_, request, reason = message.round, message.request, message.reason
     if not options.flight_recorder:
         return evidence(round_, request, (), reason=reason, note=OFF)
     if group is None or current_round != round_:

@@ -115,7 +115,7 @@ class MembershipPolicy:
         if node is not None and round_ == self.round and node.in_round:
             node.training = True
 
-    def on_exited(self, node_id: int, round_: int, outcome: str, step: int | None, detail: str, now: float) -> None:
+    def on_exited(self, node_id: int, round_: int, outcome: Outcome, step: int | None, detail: str, now: float) -> None:
         node = self.nodes.get(node_id)
         if node is None or round_ != self.round or not node.in_round:
             return

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from tfdist.launch.options import DEFAULTS
+from tfdist.launch.outcome import Outcome
 
 
 class Phase(str, Enum):
@@ -65,7 +66,7 @@ class Node:
     snapshot: dict[str, Any] | None = None  # its newest complete in-memory snapshot (snapshot_plan.py)
     in_round: bool = False
     training: bool = False
-    outcome: str | None = None
+    outcome: Outcome | None = None
     step: int | None = None
 
     @property

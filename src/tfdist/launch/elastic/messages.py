@@ -21,6 +21,7 @@ from tfdist.launch.elastic.message_fields import (  # noqa: F401 - the constants
     BACKUP_FILE, BACKUP_NAME, MAX_CHUNK_TEXT, MAX_ITEMS, MAX_REPORT, MAX_SLOTS, MAX_TEXT, SNAPSHOT_FILE, Backup,
     ProtocolError, _files, _flag, _int, _list, _maybe, _object, _roles, _snapshot, _text,
 )
+from tfdist.launch.outcome import Outcome
 
 VERSION = 1
 SPOKEN = (VERSION,)
@@ -33,6 +34,7 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 @dataclass(frozen=True)
 class Message:
     TYPE: ClassVar[str] = ""
+    LOCAL: ClassVar[tuple[str, ...]] = ()  # fields set by the receiving end, never sent or read from the wire
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Message":
@@ -41,6 +43,8 @@ class Message:
     def fields(self) -> dict[str, Any]:
         out = {}
         for item in fields(self):
+            if item.name in self.LOCAL:
+                continue
             value = getattr(self, item.name)
             out[item.name] = asdict(value) if isinstance(value, Backup) else value
         return out
@@ -55,7 +59,7 @@ def _message(kind: str):  # noqa: ANN202 - a class decorator
 
 
 KINDS: dict[str, type[Message]] = {}
-OUTCOMES = ("succeeded", "failed", "preempted", "stopped")
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 @_message("join")
@@ -111,16 +115,16 @@ class Training(Message):
 @_message("exited")
 class Exited(Message):
     round: int
-    outcome: str
+    outcome: Outcome  # the wire carries its value
     step: int | None = None
     detail: str = ""
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Exited":
         outcome = raw.get("outcome")
-        if outcome not in OUTCOMES:
+        if not isinstance(outcome, str) or outcome not in OUTCOMES:
             raise ProtocolError(f"outcome: expected one of {', '.join(OUTCOMES)}")
-        return cls(round=_int(raw.get("round"), "round"), outcome=outcome,
+        return cls(round=_int(raw.get("round"), "round"), outcome=Outcome(outcome),
                    step=_maybe(_int, raw.get("step"), "step"), detail=_text(raw.get("detail", ""), "detail"))
 
 
@@ -233,8 +237,10 @@ class Stop(Message):
 
 @_message("finish")
 class Finish(Message):
+    LOCAL = ("print_report",)
     status: int
     report: str = ""
+    print_report: bool = False  # this machine prints the report (the etcd link sets it on the coordinator's)
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Finish":
@@ -305,6 +311,15 @@ def make(kind: str, **fields: Any) -> Message:
     return cls.check({"v": VERSION, "type": kind, **fields})
 
 
+def from_fields(raw: dict[str, Any]) -> Message:
+    """The message ``raw`` (``{"type": ..., **fields}``, as the etcd backend carries it) checked as :func:`decode`
+    checks a frame's. Raises ProtocolError."""
+    kind = KINDS.get(raw.get("type")) if isinstance(raw.get("type"), str) else None
+    if kind is None:
+        raise ProtocolError(f"unknown message type {str(raw.get('type'))[:40]!r}")
+    return kind.check(raw)
+
+
 def as_dict(message: Message) -> dict[str, Any]:
-    """``{"type": ..., **fields}``: the form the agent and the etcd backend handle (``backend.py``)."""
+    """``{"type": ..., **fields}``: the form the rendezvous' backup relay handles (``backup_relay.py``)."""
     return {"type": message.TYPE, **message.fields()}

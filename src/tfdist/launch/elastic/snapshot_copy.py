@@ -21,6 +21,7 @@ import shutil
 from typing import Any, Callable
 
 from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.backend import Sender
 from tfdist.launch.elastic.backup_copy import (MAX_BACKUP_BYTES, NotRestored, receive_files, sha256_of,
                                                stream_files)
 from tfdist.launch.elastic.snapshot_plan import whole
@@ -58,9 +59,9 @@ class SnapshotCopy:
             return {"step": step, "files": {name: digest}, "sizes": {name: size}}
         return None
 
-    def upload(self, channel: Any, request: dict[str, Any]) -> None:
+    def upload(self, channel: Sender, request: M.Send) -> None:
         """Stream the snapshot file the rendezvous asks for (``send`` with ``what: snapshot``)."""
-        names = [str(n) for n in request.get("files") or () if M.SNAPSHOT_FILE.fullmatch(str(n))]
+        names = [n for n in request.files if M.SNAPSHOT_FILE.fullmatch(n)]
         stream_files(self.folder, names[:1], channel)
 
     def drop_own(self) -> None:
@@ -70,8 +71,8 @@ class SnapshotCopy:
             except OSError:
                 pass
 
-    def await_restore(self, copy: dict[str, Any], receive: Callable[[], dict[str, Any] | None],
-                      say: Callable[[str], None]) -> dict[str, Any] | None:
+    def await_restore(self, copy: dict[str, Any], receive: Callable[[], M.Message | None],
+                      say: Callable[[str], None]) -> M.Message | None:
         """Take in the snapshot ``copy`` describes (the round message's ``snapshot``), chunks read with
         ``receive``. Returns a message that interrupted the copy (stop, finish) for the caller, else None; says one
         line either way."""
