@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import click
 from click.core import ParameterSource
 
 from tfdist.errors import ConfigFileError
+from tfdist.frozen import frozen
 
 CONFIG_NAME = "tfdist.toml"
 
@@ -26,7 +27,7 @@ CONFIG_NAME = "tfdist.toml"
 ORIGINS: dict[str, str] = {}
 
 
-@dataclass(frozen=True)
+@frozen
 class ConfigFile:
     """A loaded config file: its path, the prefix its keys are shown with, and its tables."""
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from tfdist.compat.versions import at_least, minor_of, vtuple
 from tfdist.errors import UsageError
+from tfdist.frozen import frozen
 
 # Read from the package folder directly: importlib.resources costs start-up time and the data is plain files.
 _DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "compat"
@@ -28,7 +29,7 @@ def load_data(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-@dataclass(frozen=True)
+@frozen
 class TfBuild:
     """What one official TensorFlow minor release (Linux x86_64 wheel) was built with and requires.
 
@@ -171,7 +172,7 @@ def wsl_windows_driver_min() -> str:
     return str(load_data("cuda_drivers")["wsl_windows_driver_min"])
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuModel:
     """A GPU family matched from its product name."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tfdist.doctor.checks import run_checks
 from tfdist.doctor.context import Context, build_context
@@ -17,9 +17,10 @@ from tfdist.doctor.probe_system import probe_system
 from tfdist.doctor.probe_xla import probe_xla
 from tfdist.doctor.recommend import Recommendation, recommend
 from tfdist.doctor.roots import ProbeRoots
+from tfdist.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class DoctorConfig:
     """What to run.
 
@@ -39,7 +40,7 @@ class DoctorConfig:
     verify_timeout_s: float = 180.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Report:
     """The doctor's result."""
 

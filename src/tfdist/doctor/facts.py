@@ -1,11 +1,14 @@
-"""The facts the probes collect: plain frozen dataclasses, serialised as they are into ``--json``."""
+"""The facts the probes collect: plain frozen dataclasses (:func:`tfdist.frozen.frozen`), serialised as they are into
+``--json``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from tfdist.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class SystemFacts:
     """Operating system, interpreter and environment."""
 
@@ -27,7 +30,7 @@ class SystemFacts:
     tf_use_legacy_keras: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     """One NVIDIA GPU as the driver (or the PCI bus) reports it."""
 
@@ -38,7 +41,7 @@ class Gpu:
     memory_mib: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class DriverFacts:
     """The NVIDIA driver: what answered, its versions and the GPUs it sees.
 
@@ -61,7 +64,7 @@ class DriverFacts:
     nvidia_smi_error: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Library:
     """A CUDA-related shared library file found on this machine."""
 
@@ -74,7 +77,7 @@ class Library:
     owner: str | None = None  # who installed it: "pip nvidia-cudnn-cu12 9.3.0.75", "conda cudatoolkit 11.8.0"...
 
 
-@dataclass(frozen=True)
+@frozen
 class LibraryFacts:
     """CUDA, cuDNN, NCCL and driver libraries found, plus ptxas and toolkits."""
 
@@ -85,7 +88,7 @@ class LibraryFacts:
     ldconfig: str | None = None  # the ldconfig used for the loader cache, if any
 
 
-@dataclass(frozen=True)
+@frozen
 class Distribution:
     """An installed Python distribution (from its dist-info folder name, no metadata scan)."""
 
@@ -94,7 +97,7 @@ class Distribution:
     location: str
 
 
-@dataclass(frozen=True)
+@frozen
 class TensorFlowFacts:
     """What TensorFlow is installed and how it was built (read from files, never imported)."""
 
@@ -126,7 +129,7 @@ class TensorFlowFacts:
         return bool(value) if value is not None else None
 
 
-@dataclass(frozen=True)
+@frozen
 class CondaPackage:
     """A CUDA-related package recorded in ``$CONDA_PREFIX/conda-meta/<name>-<version>-<build>.json``."""
 
@@ -137,7 +140,7 @@ class CondaPackage:
     libraries: tuple[str, ...] = ()  # the shared libraries of interest it installed, relative to the prefix
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationScript:
     """A ``$CONDA_PREFIX/etc/conda/activate.d`` script that changes ``LD_LIBRARY_PATH``."""
 
@@ -147,7 +150,7 @@ class ActivationScript:
     applied: bool  # every such folder is on the current LD_LIBRARY_PATH (the environment was activated since)
 
 
-@dataclass(frozen=True)
+@frozen
 class CondaFacts:
     """The active conda environment's CUDA packages and activation scripts (empty outside conda)."""
 
@@ -160,7 +163,7 @@ class CondaFacts:
         return next((p for p in self.packages if p.name == name), None)
 
 
-@dataclass(frozen=True)
+@frozen
 class CudaRoot:
     """A folder XLA treats as a CUDA root (or one that could serve as one), and what it holds."""
 
@@ -171,7 +174,7 @@ class CudaRoot:
     ptxas: bool = False  # <path>/bin/ptxas is an executable file
 
 
-@dataclass(frozen=True)
+@frozen
 class Ptxas:
     """The ptxas XLA will run, as found in XLA's own order, and its ``--version``."""
 
@@ -183,7 +186,7 @@ class Ptxas:
     skipped: tuple[str, ...] = ()  # ptxas binaries found earlier that this XLA refuses: "path (11.5.119: older than 11.8)"
 
 
-@dataclass(frozen=True)
+@frozen
 class XlaFacts:
     """XLA's GPU toolchain: where it will look for libdevice and ptxas on this machine, and what it will find.
 
@@ -204,7 +207,7 @@ class XlaFacts:
     cuda_env: dict[str, str] = field(default_factory=dict)  # CUDA_DIR, CUDA_HOME, CUDA_PATH as set (XLA reads none)
 
 
-@dataclass(frozen=True)
+@frozen
 class Facts:
     """Everything the probes found."""
 

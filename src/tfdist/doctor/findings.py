@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from tfdist.frozen import frozen
 from tfdist.status import ExitStatus
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 
 
-@dataclass(frozen=True)
+@frozen
 class Finding:
     """One diagnosis.
 
@@ -34,7 +33,7 @@ class Finding:
     detail: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """The one-line answer and the exit status.
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Facts
 from tfdist.compat.versions import at_least, vtuple
+from tfdist.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Recommendation:
     """The suggested TensorFlow release and how to install it.
 

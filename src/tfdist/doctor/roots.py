@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Mapping
+
+from tfdist.frozen import frozen
 
 _NVML_LIBRARY = "libnvidia-ml.so.1"
 
@@ -27,7 +29,7 @@ def _site_dirs() -> tuple[Path, ...]:
     return tuple(Path(p) for p in sys.path if p and os.path.isdir(p))
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeRoots:
     """The machine the doctor inspects.
 

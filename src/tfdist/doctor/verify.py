@@ -8,10 +8,10 @@ import json
 import re
 import subprocess
 import time
-from dataclasses import dataclass
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
+from tfdist.frozen import frozen
 
 _MARKER = "TFDIST-VERIFY "
 # Runs in the child: no tfdist import there, so it works with any interpreter that has TensorFlow.
@@ -50,7 +50,7 @@ print("TFDIST-VERIFY " + json.dumps(out), flush=True)
 """
 
 
-@dataclass(frozen=True)
+@frozen
 class LogMatch:
     """A TensorFlow log line recognised as a known cause."""
 
@@ -61,7 +61,7 @@ class LogMatch:
     fix: str | None
 
 
-@dataclass(frozen=True)
+@frozen
 class Verification:
     """What the child process saw."""
 

@@ -5,7 +5,6 @@ TensorFlow needs, or install the TensorFlow release built for the libraries that
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from shlex import quote
 
 from tfdist.compat import tables as compat
@@ -15,6 +14,7 @@ from tfdist.doctor.findings import ERROR, Finding
 from tfdist.doctor.matching import conda_install_command, releases_for
 from tfdist.doctor.recommend import install_command
 from tfdist.compat.versions import vtuple
+from tfdist.frozen import frozen
 
 _LD_APPEND = "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 
@@ -47,7 +47,7 @@ def _is_soname_entry(name: str) -> bool:
     return name.count(".so.") == 1 and name.split(".so.")[1].count(".") <= 1
 
 
-@dataclass(frozen=True)
+@frozen
 class Found:
     """What the environment has for one library TensorFlow needs."""
 
