@@ -4,7 +4,9 @@ Layout (see /work/shared/reference/multi-machine.md): a bridge ``br0`` lives in 
 own network is never touched; machine ``i`` (1-based) is namespace ``<prefix>m<i>`` with address ``198.18.0.<i>``
 (RFC 2544's benchmarking range, never a real network) on a veth whose peer is a port of the bridge. Every name carries
 a random per-cluster prefix, so parallel runs never collide. :meth:`Machines.close` kills every process still running
-in the namespaces and deletes them, whatever state the test left them in.
+in the namespaces and deletes them, whatever state the test left them in; the launchers' orphan watchers are killed
+last, after a few seconds to remove their runs' /dev/shm snapshot folders, and any ``/dev/shm/tfdist-*`` folder a
+machine's process named that is still there is removed then (nothing else in /dev/shm is touched).
 
 ssh: each machine runs Debian's ``sshd`` with a host key and an authorised key made for this cluster. The client
 config (identity, no host-key prompts) is given to ``ssh`` through a private mount namespace that bind-mounts a
@@ -21,9 +23,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 SUBNET = "198.18.0"
 SSHD = "/usr/sbin/sshd"
+SHM, SHM_PREFIX = "/dev/shm", "tfdist-"  # where launchers keep a run's in-memory snapshots (launch/local/shm_folder.py)
+SNAPSHOT_DIR_VARIABLE = b"TFDIST_SNAPSHOT_DIR"
+WATCHER_GRACE_S = 5.0  # how long close() lets the launchers' orphan watchers clean up after their launchers
 
 
 def why_no_namespaces() -> str | None:
@@ -152,19 +158,34 @@ class Machines(CleanedUpFixture):
                 proc.kill()
             proc.wait()
         self._sshd.clear()
+        held = held_shm_folders(self.pids())
+        # Everything but the launchers' orphan watchers first: a watcher whose launcher died removes the run's
+        # /dev/shm folder (and kills what the run left), as on a real machine whose launcher was SIGKILLed.
+        self._kill_until_gone(lambda pid: not _is_orphan_watcher(pid))
+        deadline = time.monotonic() + WATCHER_GRACE_S
+        while time.monotonic() < deadline and self.pids():
+            time.sleep(0.05)
+        self._kill_until_gone(lambda pid: True)
+        # What a watcher could not remove (none started, or one that hung): the folders the machines' processes
+        # named, nothing else.
+        for folder in held:
+            folder.remove()
+        for name in self.namespaces:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _kill_until_gone(self, which: Callable[[int], bool]) -> None:
+        """SIGKILL the machines' processes that ``which`` picks until none is left (at most 2.5 s of tries)."""
         for _ in range(50):
-            pids = self.pids()
+            pids = [pid for pid in self.pids() if which(pid)]
             if not pids:
-                break
+                return
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             time.sleep(0.05)
-        for name in self.namespaces:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def existing(self) -> list[str]:
         """Namespaces of this cluster that still exist (the leak check)."""
@@ -244,6 +265,62 @@ class Machines(CleanedUpFixture):
             return wrapped + argv
         script = " && ".join(f"mount --bind {_q(s)} {_q(t)}" for s, t in mounts) + ' && exec "$@"'
         return wrapped + ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + argv
+
+
+# -- the machines' shared memory --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShmFolder:
+    """A ``/dev/shm/tfdist-*`` folder of this host that a machine's process named, with its identity (device and
+    inode, as that process saw it) so that only that very folder is ever removed."""
+
+    path: Path
+    device: int
+    inode: int
+
+    def remove(self) -> None:
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return  # gone already
+        if (now.st_dev, now.st_ino) == (self.device, self.inode):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _is_orphan_watcher(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return any(word.endswith(b"orphan_watcher.py") for word in handle.read().split(b"\0"))
+    except OSError:
+        return False
+
+
+def held_shm_folders(pids: list[int]) -> list[ShmFolder]:
+    """The ``/dev/shm/tfdist-*`` folders of this host that ``pids`` name: an orphan watcher's argument (the launcher's
+    or agent's snapshot folder) or a task's ``TFDIST_SNAPSHOT_DIR``. A machine with a private /dev/shm (a bind mount,
+    ``private_dirs``) names folders that are not this host's: those are skipped (seen through the process's own
+    root, they are other folders than this host's of the same name)."""
+    found: dict[Path, ShmFolder] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                words += [entry.split(b"=", 1)[1] for entry in handle.read().split(b"\0")
+                          if entry.startswith(SNAPSHOT_DIR_VARIABLE + b"=")]
+        except OSError:
+            continue
+        for word in words:
+            path = Path(os.fsdecode(word).rstrip("/"))
+            if path.parent != Path(SHM) or not path.name.startswith(SHM_PREFIX) or path in found:
+                continue
+            try:
+                theirs = os.stat(f"/proc/{pid}/root{path}", follow_symlinks=False)
+                ours = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue
+            if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+                found[path] = ShmFolder(path, ours.st_dev, ours.st_ino)
+    return list(found.values())
 
 
 def _q(text: str) -> str:

@@ -1,11 +1,17 @@
 """The emulated machines themselves: addresses, ssh between them, a cut link, private folders, and no leftovers."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
+from tests.integration.multilib import launch_env
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 
 pytestmark = [pytest.mark.slow,
@@ -46,3 +52,41 @@ def test_private_dirs_are_private_to_their_machine(tmp_path):
         assert (tmp_path / "own2" / "who").read_text().strip() == "2"
         assert not (target / "who").exists()
     assert machines.existing() == []
+
+
+AGENT_LIKE = """
+import time
+from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
+folder = WatchedSnapshotFolder("netns-fixture-test")  # what a multi-machine agent makes: a folder and its watcher
+print(folder.path, flush=True)
+time.sleep(120)
+"""
+
+
+def test_close_leaves_no_snapshot_folder_of_the_machines_in_dev_shm(tmp_path):
+    """An agent's folder (removed by its orphan watcher once the agent is gone) and a folder only a task names
+    (TFDIST_SNAPSHOT_DIR, no watcher) are both gone after close; a tfdist folder no machine names stays."""
+    env = {**launch_env(), "PYTHONPATH": str(REPO_ROOT / "src")}
+    task_folder = Path(tempfile.mkdtemp(prefix="tfdist-netnstest-snapshots-", dir="/dev/shm"))
+    bystander = Path(tempfile.mkdtemp(prefix="tfdist-netnstest-bystander-", dir="/dev/shm"))
+    try:
+        with Machines(2) as machines:
+            printed = tmp_path / "agent.out"
+            with open(printed, "wb") as out:
+                subprocess.Popen(machines.command(1, [sys.executable, "-c", AGENT_LIKE]), env=env, stdout=out,
+                                 stdin=subprocess.DEVNULL)
+            subprocess.Popen(machines.command(2, [sys.executable, "-c", "import time; time.sleep(120)"]),
+                             env={**env, "TFDIST_SNAPSHOT_DIR": str(task_folder)}, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while not printed.read_text().strip() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            agent_folder = Path(printed.read_text().strip())
+            assert agent_folder.parent == Path("/dev/shm") and agent_folder.is_dir(), agent_folder
+            assert machines.pids(1) and machines.pids(2)
+        assert not agent_folder.exists()
+        assert not task_folder.exists()
+        assert bystander.is_dir()  # not named by any machine's process: not the fixture's to remove
+        assert machines.existing() == []
+    finally:
+        for folder in (task_folder, bystander):
+            shutil.rmtree(folder, ignore_errors=True)
