@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -95,14 +95,15 @@ class Machine:
     """One agent running in a thread, its round groups recorded as they are made."""
 
     def __init__(self, tmp_path: Path, port: int, *, name: str = "agent", serve: bool = False, slots: int = 1,
-                 versions: dict[str, str] | None = None, **spec: object) -> None:
+                 versions: dict[str, str] | None = None, say: Callable[[str], None] | None = None,
+                 **spec: object) -> None:
         values = dict(job="job", endpoint_host="127.0.0.1", endpoint_port=port, min_nodes=1, max_nodes=2,
                       slots=slots, command=Command("train.py", interpreter=sys.executable), node_name=name,
                       node_timeout=10.0, rdzv_timeout=10.0, first_round_wait=0.0, grace_period=5.0, serve=serve,
                       secret=SECRET, versions=dict(VERSIONS if versions is None else versions),
                       log_dir=str(tmp_path / name))
         values.update(spec)
-        self.agent = Agent(AgentSpec(**values))  # type: ignore[arg-type]
+        self.agent = Agent(AgentSpec(**values), **({"say": say} if say else {}))  # type: ignore[arg-type]
         self.groups: list[FakeGroup] = []
         self.agent.make_group = self._make
         self.status: list[int] = []
@@ -361,3 +362,21 @@ def test_a_failure_here_sends_this_machines_evidence_and_the_other_machine_is_as
             peer.send(evidence(0, ask.request, [task("worker:1", 3, IN_TENSORFLOW)]))
             wait_until(lambda: recorder.reports, what="the report")
     assert recorder.reports[-1][2][0].startswith("worker:0 stopped first")
+
+
+def test_the_agents_lines_and_its_rendezvous_lines_go_to_the_say_it_was_given(tmp_path, capfd):
+    """The agent never prints (issue 19): the CLI hands it the terminal's say; here a list takes every line."""
+    lines: list[str] = []
+    host = Machine(tmp_path, free_ports(1)[0], name="host", serve=True, say=lines.append).start()
+    with machines(host):
+        group = host.round_group()
+        group.is_training = True
+        wait_until(lambda: group.reported_training, what="the training report")
+        group.ended = (Outcome.SUCCEEDED, "the workers here exited 0")
+        assert host.wait() == 0
+    assert any(line.startswith("tfdist[rdzv]: ") for line in lines), lines  # the rendezvous it serves
+    assert any(line.startswith("tfdist[agent]: serving the rendezvous for job job") for line in lines), lines
+    assert any(line.startswith("tfdist[node0]: round 0: started workers") for line in lines), lines
+    assert lines[-1] == "tfdist[node0]: job over, exit status 0"
+    assert "succeeded" in lines[-2], lines  # the closing report, shown where the rendezvous is served
+    assert "tfdist" not in capfd.readouterr().err

@@ -132,7 +132,7 @@ def run_single(options: LaunchOptions) -> int:
                   "talk to the tasks", file=sys.stderr)
 
     from tfdist.launch.outcome import Cause, render_report, render_success
-    from tfdist.launch.console.task_output import Console
+    from tfdist.launch.console.task_output import Console, to_terminal
     from tfdist.launch.process.reaper import become_subreaper
     from tfdist.launch.local.supervisor import Supervisor
     from tfdist.launch.console.tflog import LEVEL_VARIABLE
@@ -150,7 +150,7 @@ def run_single(options: LaunchOptions) -> int:
 
         supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
                                 console=Console(enabled=spec.tee or spec.log_dir is None,
-                                                tf_log_level=int(environ[LEVEL_VARIABLE])))
+                                                tf_log_level=int(environ[LEVEL_VARIABLE])), say=to_terminal)
         with watch(supervisor, live=options.live) as view:  # run record for status/logs; live lines on a terminal
             result = supervisor.run()
         summarised = view.pinned is not None  # the live view printed the job's summary line already

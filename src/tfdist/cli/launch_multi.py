@@ -169,8 +169,9 @@ def run_multi(options: LaunchOptions) -> int:
 
         ports_from_base(spec.port_base, spec.slots, "0.0.0.0")  # every port free, before joining
     from tfdist.launch.console.liveview import watch
+    from tfdist.launch.console.task_output import to_terminal
 
-    agent = Agent(spec)
+    agent = Agent(spec, say=to_terminal)  # its lines on this terminal's stderr
     with watch(agent, live=options.live):  # the run record (tfdist status/logs) and, on a terminal, the live lines
         return agent.run()
 

@@ -6,7 +6,11 @@ a round's group), :class:`tfdist.launch.console.liveview.Watched` (what the live
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol, Sequence
+
+#: Where the launcher's own lines go (``tfdist: ...``, one call a line): the supervisor and the agent take one and
+#: never print; the CLI hands them the terminal's (:func:`tfdist.launch.console.task_output.to_terminal`).
+Say = Callable[[str], None]
 
 
 class OutputSink(Protocol):
@@ -19,6 +23,41 @@ class OutputSink(Protocol):
     def write(self, prefix: str, line: str, *, to_stderr: bool) -> None: ...
 
     def notice(self, line: str) -> None: ...
+
+
+class PlannedTask(Protocol):
+    """What is read of a task's plan (:class:`tfdist.protocol.TaskPlan`) once it runs."""
+
+    @property
+    def task_type(self) -> str: ...
+
+    @property
+    def heartbeat_path(self) -> str: ...
+
+
+class RunningTask(Protocol):
+    """One started task as the flight recorder reads it (:class:`tfdist.launch.process.spawn.TaskProcess`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def plan(self) -> PlannedTask: ...
+
+    @property
+    def log_path(self) -> str: ...
+
+    def poll(self) -> int | None: ...
+
+
+class RunningTasks(Protocol):
+    """An attempt's started tasks (:class:`tfdist.launch.local.group.TaskGroup`)."""
+
+    @property
+    def procs(self) -> Sequence[RunningTask]: ...
 
 
 class TaskMetrics(Protocol):

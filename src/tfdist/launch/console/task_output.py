@@ -10,6 +10,11 @@ from typing import IO
 from tfdist.launch.console.tflog import console_level, hidden
 
 
+def to_terminal(line: str) -> None:
+    """The terminal's :data:`~tfdist.launch.seams.Say`: one launcher line on stderr, at once."""
+    print(line, file=sys.stderr, flush=True)
+
+
 class Console:
     """Serialises prefixed lines from many tasks onto the launcher's stdout/stderr."""
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import tempfile
 import time
 import uuid
@@ -40,6 +39,8 @@ from tfdist.launch.options import DEFAULTS
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
+from tfdist.launch.console.task_output import to_terminal
+from tfdist.launch.seams import Say
 from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
 
@@ -95,8 +96,9 @@ class AgentSpec:
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec) -> None:
+    def __init__(self, spec: AgentSpec, *, say: Say = to_terminal) -> None:
         self.spec = spec
+        self.write_line = say  # where its lines go, never printed here (the CLI: the terminal's stderr)
         self.server: RendezvousServer | None = None
         self.group: RoundGroup | None = None
         self.make_group: Callable[..., RoundGroup] = NodeGroup  # a round's group (tests pass a stand-in)
@@ -120,7 +122,7 @@ class Agent:
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
         # Messages carry what peers sent (reasons, names): shown, never interpreted by the terminal.
-        print(f"tfdist[{rank}]: {printable(message, LINE_MAX)}", file=sys.stderr, flush=True)
+        self.write_line(f"tfdist[{rank}]: {printable(message, LINE_MAX)}")
 
     # -- setting up ----------------------------------------------------------------------------------------------
     def _address(self, rdzv_ip: str) -> str:
@@ -146,7 +148,7 @@ class Agent:
         if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):
             return
         settings = self._settings()
-        say = lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True)  # noqa: E731
+        say = lambda m: self.write_line(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
         recorder = flight_agent.job_recorder(self.spec.tasks.flight_recorder, self.log_dir, self.run_id, say)
         try:
             self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
@@ -279,8 +281,7 @@ class Agent:
             self._watch_group()
 
     def _start_round(self, message: M.Round) -> None:
-        self.round = message.round
-        self.node_rank = message.node_rank
+        self.round, self.node_rank = message.round, message.node_rank
         restore = message.restore
         if restore and self.backups is not None:
             restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
@@ -384,8 +385,7 @@ class Agent:
                 self.group.stop(graceful=False)
             self.group = None
         if self.server is not None or status != 0 or message.print_report:
-            report = message.report.splitlines()
-            print("\n".join(printable(line, LINE_MAX) for line in report), file=sys.stderr, flush=True)
+            self.write_line("\n".join(printable(line, LINE_MAX) for line in message.report.splitlines()))
         self.say(f"job over, exit status {status}")
         return status
 

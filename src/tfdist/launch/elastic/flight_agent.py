@@ -5,11 +5,18 @@ Reading the tasks is :mod:`tfdist.launch.flight.collect`'s; cutting them to fit 
 (:mod:`tfdist.launch.elastic.hang_collection`)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from tfdist.launch.elastic.flight_messages import Dump, Evidence
 from tfdist.launch.flight import transfer
 from tfdist.launch.flight.evidence import TaskEvidence
+
+if TYPE_CHECKING:
+    from tfdist.launch.elastic.agent import AgentSpec
+    from tfdist.launch.elastic.backend import RendezvousBackend
+    from tfdist.launch.elastic.hang_collection import JobRecorder
+    from tfdist.launch.elastic.node_group import RoundGroup, TaskOptions
+    from tfdist.launch.flight.report import HangReport
 
 OFF = "the flight recorder is off on this machine (--no-flight-recorder)"
 IDLE = "no tasks were running on this machine"
@@ -24,26 +31,26 @@ def evidence(round_: int, request: int, tasks: Sequence[TaskEvidence], *, reason
                     note=transfer.clip(note, transfer.MAX_LINE), cut=cut)
 
 
-def send(link: Any, spec: Any, message: Evidence) -> None:
+def send(link: RendezvousBackend, spec: AgentSpec, message: Evidence) -> None:
     """Send ``message`` to the rendezvous over ``link``; the etcd backend (``spec.etcd``) carries no evidence: each
     machine keeps its own report there."""
     if spec.etcd is None:
         link.send(message.TYPE, **message.fields())
 
 
-def unasked(round_: int, report: Any, watchdog: str | None) -> Evidence:
+def unasked(round_: int, report: HangReport, watchdog: str | None) -> Evidence:
     """What an agent sends when its own task hung or failed (``report``: the HangReport it made before the stop)."""
     return evidence(round_, 0, report.tasks, reason=report.reason, watchdog=watchdog)
 
 
-def job_recorder(enabled: bool, folder: str, run_id: str, say: Callable[[str], None]) -> Any:
+def job_recorder(enabled: bool, folder: str, run_id: str, say: Callable[[str], None]) -> JobRecorder | None:
     """The serving agent's JobRecorder: one hang report for every machine, in its run folder (None: recorder off)."""
     from tfdist.launch.elastic.hang_collection import JobRecorder
 
     return JobRecorder(folder=folder, run_id=run_id, say=say) if enabled else None
 
 
-def answer(group: Any, current_round: int, message: Dump, options: Any) -> Evidence:
+def answer(group: RoundGroup | None, current_round: int, message: Dump, options: TaskOptions) -> Evidence:
     """The answer to a ``dump``: this machine's tasks of that round, read now (``group``: the round's RoundGroup,
     None when none runs here; ``current_round``: the round it runs; ``options``: its TaskOptions); no tasks and a
     note when the recorder is off or nothing of that round runs here."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
@@ -29,6 +29,8 @@ from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, vis
 from tfdist.launch.local.layout import ClusterLayout
 from tfdist.launch.console.tflog import LEVEL_VARIABLE
 from tfdist.launch.process.spare_pool import SparePool
+from tfdist.launch.flight.evidence import TaskEvidence
+from tfdist.launch.flight.report import HangReport
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,10 @@ class RoundGroup(Protocol):
     spare_env: Mapping[str, str]
     reported_training: bool
     spares_filled: bool
-    flight: tuple[Any, str | None] | None  # the flight recorder's report on a failure, the watchdog's task
+    flight: tuple[HangReport, str | None] | None  # the flight recorder's report on a failure, the watchdog's task
 
     def start(self) -> None: ...
-    def read_tasks(self) -> list[Any]: ...
+    def read_tasks(self) -> list[TaskEvidence]: ...
     def describe(self) -> str: ...
     def training(self) -> bool: ...
     def progressed(self) -> bool: ...
@@ -135,12 +137,12 @@ class NodeGroup:
         self.spares_filled = False
         self._ending: Ending | None = None  # how the round ends, once outcome() found it ended
         self.kill_now = kill_now  # the agent was told to kill now (a second signal): waits and graces are cut short
-        self.flight: tuple[Any, str | None] | None = None  # (HangReport, the watchdog's task): for the rendezvous
+        self.flight: tuple[HangReport, str | None] | None = None  # (HangReport, the watchdog's task): for the rendezvous
 
     def start(self) -> None:
         self.group.start()
 
-    def read_tasks(self) -> list[Any]:
+    def read_tasks(self) -> list[TaskEvidence]:
         """Every local task's evidence (stacks, step, state, output), read now: the rendezvous' ``dump``."""
         from tfdist.launch.flight import recorder
 

@@ -3,23 +3,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 from tfdist.launch.flight import report as reports
 from tfdist.launch.flight.collect import Target, collect
 from tfdist.launch.flight.report import HANG, ON_DEMAND, TASK_FAILED, HangReport  # noqa: F401 - re-exported
 from tfdist.launch.flight.rules import TRAINER_ROLES, decide
+from tfdist.launch.seams import RunningTasks
 
 log = logging.getLogger("tfdist.launch")
 
 
-def targets_of(group: Any) -> list[Target]:
-    """The tasks of a running :class:`~tfdist.launch.local.group.TaskGroup` (exit codes as the launcher knows them)."""
+def targets_of(group: RunningTasks) -> list[Target]:
+    """The tasks of a running attempt (a :class:`~tfdist.launch.local.group.TaskGroup`; exit codes as the launcher
+    knows them)."""
     return [Target(name=p.name, pid=p.pid, heartbeat_path=p.plan.heartbeat_path, log_path=p.log_path,
                    exit_code=p.poll()) for p in group.procs]
 
 
-def others_running(group: Any) -> bool:
+def others_running(group: RunningTasks) -> bool:
     """A training task of ``group`` still runs: a failure leaves it waiting (worth a dump before the stop)."""
     return any(p.poll() is None and p.plan.task_type in TRAINER_ROLES for p in group.procs)
 

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -32,8 +31,8 @@ from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.snapshot import GroupSnapshot
 from tfdist.launch.outcome import Attempt, Cause, LaunchResult, RunState, repeated_failure
 from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
-from tfdist.launch.console.task_output import Console
-from tfdist.launch.seams import OutputSink, TaskMetrics
+from tfdist.launch.console.task_output import Console, to_terminal
+from tfdist.launch.seams import OutputSink, Say, TaskMetrics
 from tfdist.protocol import TaskPlan, read_modules
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.local.restart import RestartPolicy
@@ -62,7 +61,8 @@ class Supervisor:
     """
 
     def __init__(self, spec: LaunchSpec, *, environ: Mapping[str, str] | None = None, legacy_keras: bool = False,
-                 console: OutputSink | None = None, metrics: TaskMetrics | None = None, contain: bool = True) -> None:
+                 console: OutputSink | None = None, metrics: TaskMetrics | None = None, contain: bool = True,
+                 say: Say = to_terminal) -> None:
         self.spec = spec
         self.environ = dict(os.environ if environ is None else environ)
         self.legacy_keras = legacy_keras
@@ -70,6 +70,7 @@ class Supervisor:
         self._temporary_logs = spec.log_dir is None
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-{self.run_id}-")
         self.console: OutputSink = console or Console(enabled=spec.tee or spec.log_dir is None)
+        self.say = say  # where its own lines go (the CLI: the terminal's stderr)
         self.result = LaunchResult(run_id=self.run_id, log_dir=self.log_dir)
         self.state = RunState.STARTING  # read by the live view; how the run ended is ``result``
         self.before_log_cleanup: Callable[[], object] | None = None  # the live view's last look (liveview.watch)
@@ -354,7 +355,7 @@ class Supervisor:
             self._say(message)
 
     def _say(self, message: str) -> None:
-        print(f"tfdist: {message}", file=sys.stderr, flush=True)
+        self.say(f"tfdist: {message}")
 
     def _set_task_states(self, outcome: Attempt) -> None:
         if self.metrics is None or self.group is None:
