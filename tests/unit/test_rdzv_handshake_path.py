@@ -141,6 +141,8 @@ def test_the_agent_has_no_thread_of_its_own_for_keep_alives():
         link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 0.5, secret=SECRET)
         link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
         try:
+            # The reader starts the writer (off the joining thread): wait for both, then count.
+            wait_until(lambda: link.channel._writer is not None, 5.0, "the agent's writer")
             new = [t.name for t in set(threading.enumerate()) - before]
             assert "rdzv-ping" not in new and new.count("rdzv-agent-send") == 1 and new.count("rdzv-read") == 1
             # The writer keeps the member alive: for four node timeouts it stays a member.
@@ -193,15 +195,33 @@ def test_session_keys_are_rfc5869_hkdf_of_the_secret_and_both_nonces_per_directi
     assert (server._send_key, server._receive_key) == (to_agent, to_server)
 
 
-def test_the_server_starts_a_members_writer_after_the_welcome_not_on_the_round_path():
+def test_the_server_starts_a_members_writer_when_the_member_first_speaks_not_on_the_welcomes_or_the_ticks_path():
     with live_server(min_nodes=5, max_nodes=5, node_timeout=60.0) as server:  # no keep-alive queued for 15 s
-        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 2.0, secret=SECRET)
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 60.0, secret=SECRET)
         link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
         try:
             wait_until(lambda: len(server._channels) == 1, what="the server to register the member")
             (channel,) = server._channels.values()
-            # Started by the member's own connection thread after the welcome, not by the tick thread (the job's
-            # clock) when the first round or keep-alive is queued: nothing was queued here.
+            time.sleep(0.2)
+            assert channel._writer is None  # not on the welcome's path: the member has said nothing yet
+            link.send("ready", ports=[20000], backup=None)
+            # Started by the member's own connection thread on its first message, not by the tick thread (the
+            # job's clock) when the first round or keep-alive is queued: nothing was queued here (no round: 1 of 5).
             wait_until(lambda: channel._writer is not None and channel._writer.is_alive(), 5.0, "the writer")
+            assert channel._outbox.empty()
+        finally:
+            link.close()
+
+
+def test_the_agents_writer_starts_off_the_joining_thread_and_sends_what_was_queued_before_it():
+    with live_server(min_nodes=5, max_nodes=5, node_timeout=60.0) as server:
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 60.0, secret=SECRET)
+        link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
+        try:
+            assert link.send("ready", ports=[20000], backup=None)  # at once: queued while the reader releases
+            assert link.send("training", round=0)
+            wait_until(lambda: link.channel._writer is not None and link.channel._writer.is_alive(), 5.0,
+                       "the agent's writer")
+            wait_until(lambda: any(n.ready for n in server.policy.nodes.values()), 10.0, "the ready to arrive")
         finally:
             link.close()

@@ -108,9 +108,9 @@ class RendezvousLink:
             raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
                           "(another program on the port, another job, or a different secret)",
                           int(ExitStatus.USAGE))
-        # The writer (which also sends the keep-alives) starts now, held until the welcome, so that its start
-        # overlaps the wait; this thread reads the welcome itself (a hand-off from a reader thread cost more than
-        # it saved) and starts the reader after it, as the protocol before authentication did.
+        # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved) and starts
+        # one thread, the reader, which first releases the channel: that starts the writer (which also sends the
+        # keep-alives) off the joining thread's path. Messages sent meanwhile wait in the held channel, in order.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
@@ -136,9 +136,9 @@ class RendezvousLink:
         self._last_heard = time.monotonic()
         self._messages = queue.Queue()
         threading.Thread(target=self._read, args=(channel, self._messages), daemon=True, name="rdzv-read").start()
-        channel.release()
 
     def _read(self, channel: P.Channel, inbox: queue.Queue) -> None:
+        channel.release()  # starts the writer and its keep-alives
         try:
             while True:
                 message = channel.receive()

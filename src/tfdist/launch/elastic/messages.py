@@ -41,13 +41,17 @@ class Message:
         raise NotImplementedError
 
     def fields(self) -> dict[str, Any]:
+        names = _NAMES.get(type(self))
+        if names is None:  # once per class: dataclasses.fields() per message was most of encode()'s cost
+            names = _NAMES[type(self)] = tuple(item.name for item in fields(self) if item.name not in self.LOCAL)
         out = {}
-        for item in fields(self):
-            if item.name in self.LOCAL:
-                continue
-            value = getattr(self, item.name)
-            out[item.name] = asdict(value) if isinstance(value, Backup) else value
+        for name in names:
+            value = getattr(self, name)
+            out[name] = asdict(value) if isinstance(value, Backup) else value
         return out
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def _message(kind: str):  # noqa: ANN202 - a class decorator
@@ -279,7 +283,8 @@ def nesting(payload: bytes) -> int:
 
 def decode(payload: bytes) -> Message:
     """One frame's payload -> a checked message. Raises ProtocolError, :class:`VersionError` for another version."""
-    if nesting(payload) > MAX_DEPTH:
+    # Nesting never exceeds the number of opening brackets: most messages have too few to need the scan.
+    if payload.count(b"[") + payload.count(b"{") > MAX_DEPTH and nesting(payload) > MAX_DEPTH:
         raise ProtocolError(f"nested deeper than {MAX_DEPTH} levels")
     try:
         raw = json.loads(payload, parse_constant=_refuse_constant, parse_float=_finite)

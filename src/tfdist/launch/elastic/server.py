@@ -189,14 +189,17 @@ class RendezvousServer:
             self._refuse(channel, refusal[0], refusal[1])
             return
         channel.send_now(M.Welcome(node_id=node_id))  # this thread writes it: no hand-off on the join's path
-        channel.start_writer()  # now, while the agent reads its welcome: not on the path of the first round
         self._say(f"{node.label} joined ({node.slots} worker(s))")
         reason = "its agent closed the connection"
+        writer = False
         try:
             while True:
                 message = channel.receive()
                 if message is None:
                     break
+                if not writer:  # the writer thread starts on this thread once the member speaks (its ready comes
+                    channel.start_writer()  # before any round): neither on the welcome's path nor on the tick's
+                    writer = True
                 self._on_message(node_id, message)
         except M.ProtocolError as bad:
             reason = f"sent something that is not a message of this protocol ({bad})"

@@ -44,10 +44,11 @@ class Channel:
     Nothing on the join's path waits for a thread start or a hand-off that the plain join of the protocol before
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
     join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
-    and the server starts a peer's writer thread only after the welcome (:meth:`start_writer`; else with the first
-    queued message). ``held``: queue but write nothing until :meth:`send_now` or :meth:`release` (a keep-alive
-    queued meanwhile cannot overtake the welcome). ``keepalive``: the writer starts at once (held or not, so that its start overlaps the wait for the welcome) and
-    sends ``ping`` after that many seconds without sending anything: the agent's keep-alives, no thread of their own.
+    and the server starts a peer's writer thread once the peer sent its first message after the welcome
+    (:meth:`start_writer`; else with the first queued message). ``held``: queue but write nothing until :meth:`send_now` or :meth:`release` (a keep-alive
+    queued meanwhile cannot overtake the welcome). ``keepalive``: the writer starts at once (when held: at the release
+    or the first message) and sends ``ping`` after that many seconds without sending anything: the agent's
+    keep-alives, no thread of their own.
     """
 
     def __init__(self, sock: socket.socket, session: auth.Session, *, send_timeout: float,
@@ -72,7 +73,7 @@ class Channel:
         # One timeout for both directions: a send's whole deadline (Python >= 3.5), and how often a blocked read
         # wakes to notice a closed channel (it just reads on).
         sock.settimeout(send_timeout)
-        if keepalive is not None:
+        if keepalive is not None and not held:
             self._start_writer()
 
     @property
