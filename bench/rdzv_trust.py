@@ -6,9 +6,11 @@ loopback); connect to welcome is measured twice: against a server in the agent's
 serves the endpoint joins itself; the two sides share one interpreter lock) and against a server in a second
 process of the same tree (how the other machines join). The trees take turns, a short batch each, many times, so
 that both see the same load on a shared machine; each batch's result is a median, and each figure is the median
-of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the load average before and after, and a
-floor: a plain TCP connect plus N round trips to a thread-per-connection echo server in the same process (the
-authenticated join needs one round trip more than the plain one).
+of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the CPU time a join and leave costs the
+measuring process (both sides when the server runs in it; the agent's alone otherwise: work moved off the joining
+thread still counts there), the load average before and after, and a floor: a plain TCP connect plus N round trips
+to a thread-per-connection echo server in the same process (the authenticated join needs one round trip more than
+the plain one).
 
     python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline-tree DIR]
 
@@ -53,14 +55,18 @@ def join(i):
 def link(port):
     return RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, **secret)
 
-def joins(count, port):
+CPU = {}
+
+def joins(count, port, key):
     taken = []
+    started = time.process_time()  # this process: the agent's side, and the server's when it runs here
     for i in range(count):
         t0 = time.perf_counter()
         one = link(port)
         one.connect(join(i), time.monotonic() + 10, lambda: False)
         taken.append(time.perf_counter() - t0)
         one.close()
+    CPU[key] = (time.process_time() - started) / count * 1000
     return statistics.median(taken) * 1000
 
 def starts(count):
@@ -131,7 +137,8 @@ print("ready", flush=True)
 for line in sys.stdin:
     what, *numbers = line.split()
     numbers = [int(n) for n in numbers]
-    value = (joins(numbers[0], port) if what == "joins" else joins(numbers[0], remote) if what == "rjoins"
+    value = (joins(numbers[0], port, what) if what == "joins" else joins(numbers[0], remote, what)
+             if what == "rjoins" else CPU[numbers and "rjoins" or "joins"] if what == "cpu"
              else starts(numbers[0]) if what == "starts" else floor(numbers[0], numbers[1], echo))
     print(json.dumps(value), flush=True)
 other.stdin.close()
@@ -191,7 +198,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
         trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
         workers = {name: Worker(tree) for name, tree in trees.items()}
-        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "starts": [], "floor1": [], "floor2": []}
+        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "starts": [], "floor1": [], "floor2": [],
+                                                           "cpu": [], "rcpu": []}
                                                     for name in workers}
         try:
             for name, worker in workers.items():  # warm-up turn, not counted
@@ -201,7 +209,9 @@ def main() -> int:
                 order = list(workers.items()) if turn % 2 == 0 else list(reversed(workers.items()))
                 for name, worker in order:
                     seen[name]["joins"].append(worker.ask(f"joins {args.joins}"))
+                    seen[name]["cpu"].append(worker.ask("cpu"))
                     seen[name]["rjoins"].append(worker.ask(f"rjoins {args.joins}"))
+                    seen[name]["rcpu"].append(worker.ask("cpu 1"))
                     seen[name]["floor1"].append(worker.ask(f"floor {args.joins} 1"))
                     seen[name]["floor2"].append(worker.ask(f"floor {args.joins} 2"))
                     if args.starts:
@@ -220,6 +230,11 @@ def main() -> int:
     for label, key in rows:
         print(f"{label}: baseline {median(base[key]):.3f} ms, trust {median(new[key]):.3f} ms, "
               f"median ratio {median_ratio(new[key], base[key]):.3f} (goal <= 1.05)")
+    # CPU, not latency: what a join costs the processes (work moved off the joining thread still counts here).
+    for label, key in (("both sides (server in the agent's process)", "cpu"),
+                       ("the agent's side alone (server in another process)", "rcpu")):
+        print(f"CPU per join and leave, {label}: baseline {median(base[key]):.3f} ms, trust {median(new[key]):.3f} ms, "
+              f"median ratio {median_ratio(new[key], base[key]):.3f}")
     floor1 = median(base["floor1"] + new["floor1"])
     floor2 = median(base["floor2"] + new["floor2"])
     extra = floor2 - floor1

@@ -45,10 +45,10 @@ class Channel:
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
     join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
     and the server starts a peer's writer thread once the peer sent its first message after the welcome
-    (:meth:`start_writer`; else with the first queued message). ``held``: queue but write nothing until :meth:`send_now` or :meth:`release` (a keep-alive
-    queued meanwhile cannot overtake the welcome). ``keepalive``: the writer starts at once (when held: at the release
-    or the first message) and sends ``ping`` after that many seconds without sending anything: the agent's
-    keep-alives, no thread of their own.
+    (:meth:`start_writer`; else with the first queued message). ``held``: queue but write nothing until
+    :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome). ``keepalive``:
+    the writer starts at once (when held: at the release or the first message) and sends ``ping`` after that many
+    seconds without sending anything: the agent's keep-alives, no thread of their own.
     """
 
     def __init__(self, sock: socket.socket, session: auth.Session, *, send_timeout: float,
