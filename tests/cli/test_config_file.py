@@ -3,6 +3,8 @@ checked through the real commands (launch --dry-run plans the tasks it would sta
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,25 @@ def test_a_deeply_nested_file_is_one_line_for_every_command(tmp_path: Path, caps
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert str(tmp_path / "tfdist.toml") in err and "deep" in err
+
+
+def test_a_pyproject_without_a_tfdist_table_is_neither_read_as_toml_nor_judged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Another tool's broken table is not tfdist's business (this failed every command before), and a pyproject that
+    # never names tfdist is not parsed at all: the command start does not import tomllib for it.
+    (tmp_path / "pyproject.toml").write_text("[tool.black\nline-length = 120\n")
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 0
+    assert _planned(capsys) == 1
+    code = "import sys\nfrom tfdist.cli.main import main\nmain(['--version'])\nprint('tomllib' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout.split()[-1] == "False", done.stderr[-2000:]
+    # ... while one that names tfdist is parsed and judged as before.
+    (tmp_path / "pyproject.toml").write_text("[tool.tfdist.launch\nworkers = 2\n")
+    assert main(["launch", "--dry-run", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert "is not valid TOML" in err and str(tmp_path / "pyproject.toml") in err
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "is not valid TOML" in done.stderr
 
 
 def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -11,7 +11,7 @@ import pytest
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.pipconf import configured_index_url
-from tfdist.doctor.probe_libs import file_version, pip_component
+from tfdist.doctor.probe_libs import _interesting, _prefixes, file_version, pip_component
 from tfdist.doctor.probe_nvidia import _HEADER_CUDA, _HEADER_DRIVER, kernel_module_version, parse_query
 from tfdist.doctor.probe_packages import installed_distributions, parse_build_info
 from tfdist.doctor.recommend import cc_support, install_command, officially_unsupported
@@ -148,6 +148,19 @@ def test_library_versions_and_pip_folders(tmp_path: Path) -> None:
     assert pip_component("nvidia-cuda-runtime-cu12") == "cuda_runtime"
     assert pip_component("nvidia-cudnn-cu11") == "cudnn"
     assert pip_component("nvidia-ml-py") is None
+
+
+@pytest.mark.parametrize("name, reported", [
+    ("libcudnn.so", True), ("libcudnn.so.9", True), ("libcudnn.so.9.1.0", True), ("libcuda.so.1", True),
+    ("libcudart.so.12.4.127", True), ("libnvidia-ml.so.1", True),
+    ("libcudnn_ops.so.9", False), ("libcudnn.soX", False), ("libcudnn.s", False), ("xlibcuda.so.1", False),
+    ("libcuda.so1", False), ("libcublasLt.so.12", True), ("libcublas.so.12", True), ("", False),
+])
+def test_reported_library_names(name: str, reported: bool) -> None:
+    # The report's names from the data file, matched as the exact name or the name and a dotted version.
+    names = compat.load_data("cuda_libs")["report_prefixes"]
+    assert any(name == p or name.startswith(p + ".") for p in names) is reported  # the rule, spelled out
+    assert _interesting(name, _prefixes()) is reported
 
 
 def test_versions() -> None:

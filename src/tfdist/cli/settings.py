@@ -47,12 +47,15 @@ ACTIVE = ConfigFile()
 MAX_NESTING = 16
 
 
-def _parse(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as failure:
         raise ConfigFileError(f"cannot read {path}: {getattr(failure, 'strerror', None) or failure}",
                               hint="fix or remove the file") from None
+
+
+def _parse(path: Path, text: str) -> dict[str, Any]:
     try:
         table = _parse_text(path, text)
     except RecursionError:  # tomllib and tomlkit recurse once per level of nesting
@@ -98,10 +101,16 @@ def find_config(folder: Path) -> ConfigFile:
     """``tfdist.toml`` in ``folder``, else ``[tool.tfdist]`` of its ``pyproject.toml``, else an empty config."""
     own = folder / CONFIG_NAME
     if own.is_file():
-        return ConfigFile(own, "", _parse(own))
+        return ConfigFile(own, "", _parse(own, _read(own)))
     pyproject = folder / "pyproject.toml"
     if pyproject.is_file():
-        tool = _parse(pyproject).get("tool", {})
+        text = _read(pyproject)
+        # A project's pyproject.toml is other tools' file: one without the word tfdist has no [tool.tfdist] table
+        # (short of spelling the key in \u escapes), so it is neither parsed (tomllib costs every command ~4 ms)
+        # nor judged: a broken [tool.black] is not tfdist's business.
+        if "tfdist" not in text:
+            return ConfigFile()
+        tool = _parse(pyproject, text).get("tool", {})
         section = tool.get("tfdist") if isinstance(tool, dict) else None
         if isinstance(section, dict):
             return ConfigFile(pyproject, "tool.tfdist.", section)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field, replace
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Facts, Library
 from tfdist.compat.versions import minor_of, vtuple
 from tfdist.errors import UsageError
+from tfdist.frozen import frozen
 
 
-@dataclass
+@frozen
 class Context:
     """Everything the checks compute once from :class:`Facts`."""
 
@@ -92,21 +93,25 @@ def _loader_view(facts: Facts, pip_visible: bool) -> dict[str, Library]:
 
 def build_context(facts: Facts, *, expect_gpu: bool = False) -> Context:
     """Work out the installed build and the library resolution once for all checks."""
-    context = Context(facts=facts, expect_gpu=expect_gpu)
     tf = facts.tensorflow
-    context.tf_version = tf.version
+    build = None
     if tf.version:
         try:
-            context.build = compat.tf_build(tf.version)
+            build = compat.tf_build(tf.version)
         except UsageError:
-            context.build = None  # a nightly or a future release: rely on its build_info alone
+            build = None  # a nightly or a future release: rely on its build_info alone
     info = tf.build_info
-    build = context.build
     cuda = info.get("cuda_version") or (build.cuda_full if build else None)
-    context.cuda = str(cuda) if cuda else None
     cudnn = info.get("cudnn_version") or (build.cudnn_major if build else None)
-    context.cudnn_major = str(cudnn).split(".")[0] if cudnn else None
     compiled = info.get("cuda_compute_capabilities") or (build.compute_capabilities if build else ())
-    context.compiled = tuple(str(c) for c in compiled)  # type: ignore[union-attr]
-    context.loader = _loader_view(facts, context.pip_libs_visible)
-    return context
+    context = Context(
+        facts=facts,
+        expect_gpu=expect_gpu,
+        build=build,
+        tf_version=tf.version,
+        cuda=str(cuda) if cuda else None,
+        cudnn_major=str(cudnn).split(".")[0] if cudnn else None,
+        compiled=tuple(str(c) for c in compiled),  # type: ignore[union-attr]
+    )
+    # The loader's view depends on the release (pip_libs_visible), so it is added once that is known.
+    return replace(context, loader=_loader_view(facts, context.pip_libs_visible))

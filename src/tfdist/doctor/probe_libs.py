@@ -19,11 +19,14 @@ _LDCONFIG_LINE = re.compile(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*")
 
 
 def _prefixes() -> tuple[str, ...]:
-    return tuple(compat.load_data("cuda_libs")["report_prefixes"])
+    """The reported library names, each with a dot after it (see :func:`_interesting`)."""
+    return tuple(p + "." for p in compat.load_data("cuda_libs")["report_prefixes"])
 
 
-def _interesting(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
+def _interesting(name: str, dotted: tuple[str, ...]) -> bool:
+    """``name`` is ``libcudnn.so`` or ``libcudnn.so.<anything>``: one C-level startswith per name, as the loader
+    cache and library folders hold hundreds of names."""
+    return (name + ".").startswith(dotted)
 
 
 def file_version(path: Path) -> str | None:
@@ -61,12 +64,13 @@ def _ldconfig_entries(roots: ProbeRoots, prefixes: tuple[str, ...]) -> tuple[str
     foreign = "x86-64" if roots.machine == "x86_64" else None
     found = []
     for line in done.stdout.splitlines():
+        words = line.split(None, 1)  # the name first: most of the cache is not CUDA, and the regex costs more
+        if not words or not _interesting(words[0], prefixes):
+            continue
         match = _LDCONFIG_LINE.fullmatch(line)
         if not match:
             continue
         name, flags, target = match.groups()
-        if not _interesting(name, prefixes):
-            continue
         if foreign and foreign not in flags:
             continue  # a 32-bit copy in a multiarch system: not what a 64-bit Python loads
         path = roots.path(target)
