@@ -129,3 +129,40 @@ def test_the_supervisors_lines_go_to_the_say_it_was_given(tmp_path, capfd):
     assert any(line.startswith("tfdist: attempt 1: started 1 task(s)") for line in lines), lines
     assert all(line.startswith("tfdist: ") for line in lines), lines
     assert "tfdist" not in capfd.readouterr().err
+
+
+def _imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", PROCESS_MODULES, ids=lambda p: p.name)
+def test_process_code_imports_nothing_of_the_rooms_that_use_it(path):
+    """process/ starts and reaps processes for local/ and elastic/; it takes the task plan from tfdist.protocol."""
+    above = sorted(n for n in _imported(path) if n.startswith(("tfdist.launch.local", "tfdist.launch.elastic",
+                                                                  "tfdist.launch.console", "tfdist.launch.ssh")))
+    assert above == [], f"{path.name} imports {above}"
+
+
+def test_the_host_file_driver_asks_the_server_not_its_policy():
+    driver = LAUNCH / "ssh" / "driver.py"
+    reaching = [node.lineno for node in ast.walk(ast.parse(driver.read_text())) if isinstance(node, ast.Attribute)
+                and node.attr == "policy"]
+    assert reaching == [], f"ssh/driver.py reads a policy's state (lines {reaching}): ask the server"
+
+
+def test_the_server_names_its_members_for_the_driver():
+    from tests.unit.rdzv_peer import live_server, member, wait_until
+
+    with live_server(min_nodes=3, max_nodes=3, node_timeout=10.0) as server:
+        assert server.member_names() == set()
+        a, b = member(server, "a"), member(server, "b")
+        wait_until(lambda: server.member_names() == {"a", "b"}, what="both members named")
+        a.close()
+        wait_until(lambda: server.member_names() == {"b"}, what="the one that left gone")
+        b.close()

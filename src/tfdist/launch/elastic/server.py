@@ -84,6 +84,11 @@ class RendezvousServer:
         with self._lock:
             self.policy.interrupt(signum, time.monotonic())
 
+    def member_names(self) -> set[str]:
+        """The names of the machines that are members now (the host-file driver brings back the others)."""
+        with self._lock:
+            return {node.name for node in self.policy.nodes.values()}
+
     def wait(self, timeout: float | None = None) -> Finish | None:
         self.finished.wait(timeout)
         return self.result

@@ -6,9 +6,10 @@ agent carries requests, pushes (a new round, "stop now") and keep-alives both wa
 
 A connection starts with the handshake of :mod:`tfdist.launch.elastic.auth` (nothing about the job before it);
 then every message (:mod:`tfdist.launch.elastic.messages`) is one MAC'd frame of at most ``auth.MAX_FRAME`` bytes,
-so a reader never holds more than one frame. Sending never blocks the caller: messages go into a bounded queue that
-one writer thread drains, each frame with a deadline. A peer that stops reading fills its queue or misses the
-deadline and loses its connection; nothing else waits for it.
+so a reader never holds more than one frame. Sending never waits on the network: messages go into a bounded queue
+that one writer thread drains, each frame with a deadline (only a backup or snapshot chunk may wait, up to the
+``wait`` it is sent with, for room in that queue: the upload's pace). A peer that stops reading fills its queue or
+misses the deadline and loses its connection; nothing else waits for it.
 
 Keep-alives: each side sends ``ping`` every :func:`ping_interval` and counts the peer as lost after
 ``node_timeout`` seconds without any message (a cut link closes nothing, so a closed connection is not enough).

@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping
 
-from tfdist.launch.local.taskenv import TaskPlan
 from tfdist.launch.seams import OutputSink
+from tfdist.protocol import TaskPlan
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

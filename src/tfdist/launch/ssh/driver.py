@@ -246,7 +246,7 @@ def run(spec: DriverSpec) -> int:
             relays.append(relay)
         return proc
 
-    fleet = Fleet(spec.hosts, launch, lambda: {n.name for n in dict(server.policy.nodes).values()},
+    fleet = Fleet(spec.hosts, launch, server.member_names,
                   cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
                   say=lambda m: print(f"tfdist: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True))
 
@@ -257,7 +257,7 @@ def run(spec: DriverSpec) -> int:
         while not server.finished.wait(0.1):
             stops.abandon_on_second_ctrl_c()
             fleet.tick(time.monotonic())
-            if all(p.poll() is not None for p in fleet.processes) and not server.policy.nodes and not fleet.probes:
+            if all(p.poll() is not None for p in fleet.processes) and not server.member_names() and not fleet.probes:
                 server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
         result = server.result
         status = result.status if result is not None else int(ExitStatus.TASK_FAILED)
