@@ -17,6 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import asdict
 from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd_keys import FINISH_TTL, JobKeys
@@ -24,6 +25,7 @@ from tfdist.launch.elastic.etcd_store import Entry, EtcdRefused, EtcdStore, Etcd
 from tfdist.cluster.placement import layout_word, role_list
 from tfdist.launch.elastic.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
 from tfdist.launch.elastic.membership import MembershipPolicy
+from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.backup_relay import BackupRelay
 from tfdist.launch.outcome import Outcome
 
@@ -220,21 +222,24 @@ class Coordinator:
             self._send_plain_lease(lease, "welcome", node_id=node_id)
             self.say(f"{node.label} joined ({node.slots} worker(s))")
 
-    def _dispatch(self, node_id: int, message: dict[str, Any], now: float) -> None:
-        kind = message.get("type")
-        try:
-            if kind == "ready":
-                self.policy.on_ready(node_id, tuple(int(p) for p in message["ports"]), message.get("backup"),
-                                     message.get("snapshot"))
-            elif kind == "training":
-                self.policy.on_training(node_id, int(message["round"]))
-            elif kind == "exited":
-                self.policy.on_exited(node_id, int(message["round"]), Outcome(message["outcome"]),
-                                      message.get("step"), str(message.get("detail", "")), now)
-            elif kind == "file":
-                self.relay.on_upload(node_id, message)
-        except (KeyError, TypeError, ValueError) as bad:
-            self.say(f"dropped a malformed {kind!r} message from node {node_id}: {bad}")
+    def _dispatch(self, node_id: int, record: dict[str, Any], now: float) -> None:
+        if record.get("type") == "hello":  # opens a machine's outbox (etcd_link.connect): nothing to act on
+            return
+        try:  # checked as the built-in server checks a frame, then handled by type as it handles them
+            message = M.from_fields(record)
+        except M.ProtocolError as bad:
+            self.say(f"dropped a malformed {str(record.get('type'))[:40]!r} message from node {node_id}: {bad}")
+            return
+        match message:
+            case M.Ready():
+                self.policy.on_ready(node_id, tuple(message.ports),
+                                     None if message.backup is None else asdict(message.backup), message.snapshot)
+            case M.Training():
+                self.policy.on_training(node_id, message.round)
+            case M.Exited():
+                self.policy.on_exited(node_id, message.round, message.outcome, message.step, message.detail, now)
+            case M.File():
+                self.relay.on_upload(node_id, M.as_dict(message))
 
     # -- actions -------------------------------------------------------------------------------------------------
     def _carry_out(self, action: object) -> bool:
