@@ -2,7 +2,7 @@
 
     fake_task.py OUT_DIR [--fail TASK:CODE] [--raise TASK] [--sleep S] [--hang TASK]
                  [--first-attempt-only] [--spawn-child] [--detach-child] [--startup-delay S] [--chatter N]
-                 [--total-steps N]
+                 [--total-steps N] [--fail-starts N]
 
 Writes OUT_DIR/<type>-<index>-<attempt>.json with the TF_CONFIG and environment it saw, and its pid.
 """
@@ -46,6 +46,11 @@ def main() -> int:
                         "attempt (a stolen port) always ends it first, however slowly the other tasks start")
     p.add_argument("--total-steps", type=int, default=None,
                    help="train this many 20 ms steps (instead of --sleep), reporting the total and a falling loss")
+    p.add_argument("--fail-starts", type=int, default=None,
+                   help="with --fail: fail only the task's first N starts, counted over attempts and restarts in "
+                        "OUT_DIR/<type>-<index>.starts (one pid a line)")
+    p.add_argument("--wait-starts", default=None,
+                   help="TYPE-INDEX:N: every other task waits (up to 60 s) for that task's N-th start before finishing")
     args = p.parse_args()
     if args.startup_delay:
         print("starting up", flush=True)
@@ -80,6 +85,10 @@ def main() -> int:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
     print(f"hello from {me} attempt {attempt}", flush=True)
+    with open(os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}.starts"), "a") as f:
+        f.write(f"{os.getpid()}\n")
+    with open(os.path.join(args.out_dir, f"{info.task_type}-{info.task_index}.starts")) as f:
+        starts = len(f.read().split())
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -99,7 +108,7 @@ def main() -> int:
         raise ValueError(f"boom in {me}")
     for spec in args.fail:
         task, _, code = spec.rpartition(":")
-        if active and task == me:
+        if active and task == me and (args.fail_starts is None or starts <= args.fail_starts):
             until = time.monotonic() + args.fail_delay
             beats = 0
             while time.monotonic() < until:
@@ -121,6 +130,17 @@ def main() -> int:
         step += 1
         heartbeat.beat(step, loss=1.0 / step, examples=32 * step)
         time.sleep(0.02)
+    if args.wait_starts is not None and args.wait_starts.rpartition(":")[0] != me.replace(":", "-"):
+        name, _, count = args.wait_starts.rpartition(":")
+        until = time.monotonic() + 60
+        while time.monotonic() < until:
+            try:
+                with open(os.path.join(args.out_dir, f"{name}.starts")) as f:
+                    if len(f.read().split()) >= int(count):
+                        break
+            except OSError:
+                pass
+            time.sleep(0.05)
     if args.total_steps is not None:
         heartbeat.finished(step, loss=1.0 / step, examples=32 * step)
     if info.task_type == "evaluator":

@@ -121,7 +121,26 @@ def test_parameter_server_killed_then_ps_worker_killed(tmp_path, ps_baseline_acc
     job.wait_for_step(1, "chief:0", 40)
     job.signal("worker:1", signal.SIGKILL)                       # fault 8: a PS-strategy worker dies
     assert job.finish() == 0, job.err[-4000:]
-    assert "ps:0 (pid" in job.err and job.err.count("restarting the group") == 2
+    assert "ps:0 (pid" in job.err and job.err.count("restarting the group") == 1
+    assert job.err.count("restarting worker:1 alone, in place") == 1, "the worker is restarted alone"
+    assert_completed(job, "chief:0", ps_baseline_accuracy)
+
+
+def test_ps_job_worker_killed_is_restarted_alone_then_chief_killed_restarts_the_job(tmp_path, ps_baseline_accuracy):
+    job = Job(tmp_path, ["-n", "2", "--ps", "1", "--chief", "--max-restarts", "2"]).start()
+    job.wait_for_step(0, "chief:0", 40)                          # per-epoch heartbeat: after epoch 1
+    others = {task: job.process(task).pid for task in ("chief:0", "ps:0", "worker:0")}
+    victim = job.signal("worker:1", signal.SIGKILL)              # a worker dies: the coordinator tolerates it
+    job.wait_for_step(0, "chief:0", 80)                          # epoch 2 trained in the same attempt
+    restarted = job.process("worker:1").pid
+    assert restarted != victim
+    assert {task: job.process(task).pid for task in others} == others, "ps, chief and worker 0 kept running"
+    job.signal("chief:0", signal.SIGKILL)                        # the chief dies: the job restarts from its checkpoint
+    assert job.finish() == 0, job.err[-4000:]
+    assert job.err.count("restarting worker:1 alone, in place (1/2)") == 1
+    assert f"worker:1 restarted in place: pid {restarted} 127.0.0.1:" in job.err
+    assert "chief:0 (pid" in job.err and job.err.count("restarting the group (1/2)") == 1
+    assert int(task_values(job.out, "resumed_from_step")["chief:0"]) >= 40
     assert_completed(job, "chief:0", ps_baseline_accuracy)
 
 

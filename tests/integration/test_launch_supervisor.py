@@ -103,6 +103,41 @@ def test_parameter_server_exit_fails_the_attempt(tmp_path):
     assert "root cause (attempt #0): ps:0" in result.stderr
 
 
+def _starts(out: Path, task: str) -> list[int]:
+    path = out / f"{task}.starts"
+    return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+
+def test_a_parameter_server_job_restarts_a_failed_worker_alone_in_place(tmp_path):
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    result = launch("-n", "2", "--ps", "1", "--chief", "--max-restarts", "2", "--backoff", "0", "--log-dir", str(logs),
+                    FAKE, str(out), "--fail", "worker:1:5", "--fail-starts", "1", "--sleep", "0.5",
+                    "--wait-starts", "worker-1:2")
+    assert result.returncode == 0, result.stderr
+    assert "worker:1 exit code 5: restarting worker:1 alone, in place (1/2); the other tasks keep running" \
+        in result.stderr
+    assert "restarting the group" not in result.stderr and not (logs / "attempt-1").exists()
+    # Only worker 1 started twice; its second start had the same TF_CONFIG (index, address) as the first.
+    assert [len(_starts(out, t)) for t in ("chief-0", "ps-0", "worker-0", "worker-1")] == [1, 1, 1, 2]
+    second = _starts(out, "worker-1")[1]
+    assert f"worker:1 restarted in place: pid {second} 127.0.0.1:" in result.stderr
+    assert json.loads(records(out)["worker-1-0"]["tf_config"])["task"] == {"type": "worker", "index": 1}
+    events = [json.loads(line) for line in (logs / "events.jsonl").read_text().splitlines()]
+    assert [(e["task"], e["pid"]) for e in events if e["event"] == "task-restarted"] == [("worker:1", second)]
+
+
+def test_a_worker_that_used_its_own_restarts_fails_the_attempt(tmp_path):
+    out = tmp_path / "out"
+    result = launch("-n", "2", "--ps", "1", "--chief", "--max-restarts", "1", "--backoff", "0", FAKE, str(out),
+                    "--fail", "worker:1:5", "--fail-starts", "9", "--sleep", "30")
+    assert result.returncode == 3, result.stderr
+    assert "restarting worker:1 alone, in place (1/1)" in result.stderr
+    assert "worker:1 used its 1 restart(s): stopping the group" in result.stderr
+    assert "restarting the group (1/1)" in result.stderr, "then the group's own budget decides"
+    # Started: once, once alone, once in the group's second attempt (its own budget spent: the attempt fails).
+    assert len(_starts(out, "worker-1")) == 3 and len(_starts(out, "chief-0")) == 2
+
+
 def test_hang_is_detected_and_reported(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", "--hang-timeout", "1", "--max-restarts", "0", FAKE, str(out), "--hang", "worker:1",

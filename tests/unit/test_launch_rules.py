@@ -6,7 +6,7 @@ import pytest
 from tfdist.launch.outcome import Cause
 from tfdist.launch.local.rules import GroupAction, decide, leader, nothing_to_save
 from tfdist.protocol import HeartbeatRecord, TaskState
-from tfdist.launch.local.restart import RestartPolicy
+from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
 from tfdist.launch.spec import LaunchSpec, Timeouts
 
@@ -70,7 +70,7 @@ def test_non_leader_worker_exit_0_is_normal(mix):
 @pytest.mark.parametrize("code", [1, 3, -9, -6, 42])
 def test_trainer_failure_fails_the_attempt(mix, code):
     spec = spec_for(mix)
-    victim = "worker:1" if spec.workers >= 2 else "chief:0"
+    victim = "worker:1" if spec.workers >= 2 and not spec.ps else "chief:0"
     verdict = decide(snap(spec, {victim: ended(code)}), spec)
     assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.TASK_FAILED, victim)
     assert not verdict.transient
@@ -82,6 +82,50 @@ def test_parameter_server_exit_fails_the_attempt(mix, code):
     spec = spec_for(mix)
     verdict = decide(snap(spec, {"ps:0": ended(code)}), spec)
     assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.TASK_FAILED, "ps:0")
+
+
+# Under ParameterServerStrategy a failed worker is restarted alone, in place; ps and chief failures end the attempt.
+PS_CASES = {  # name: (changes, expected action, culprit, tasks restarted alone)
+    "worker killed": ({"worker:1": ended(-9)}, GroupAction.RESTART_TASKS, "worker:1", ("worker:1",)),
+    "worker crashed": ({"worker:0": ended(1)}, GroupAction.RESTART_TASKS, "worker:0", ("worker:0",)),
+    "worker preempted": ({"worker:1": ended(143)}, GroupAction.RESTART_TASKS, "worker:1", ("worker:1",)),
+    "two workers, in the order they ended": ({"worker:0": ended(-9, at=2.0), "worker:1": ended(1, at=1.0)},
+                                             GroupAction.RESTART_TASKS, "worker:1", ("worker:1", "worker:0")),
+    "worker exit 0 is normal": ({"worker:1": ended(0)}, GroupAction.CONTINUE, None, ()),
+    "worker lost its port": ({"worker:1": ended(1, lost_port=True)}, GroupAction.FAIL, "worker:1", ()),
+    "chief killed": ({"chief:0": ended(-9)}, GroupAction.FAIL, "chief:0", ()),
+    "chief preempted": ({"chief:0": ended(143)}, GroupAction.PREEMPTED, "chief:0", ()),
+    "ps killed": ({"ps:0": ended(-9)}, GroupAction.FAIL, "ps:0", ()),
+    "ps after a worker: the ps is the root cause": ({"worker:1": ended(-9, at=1.0), "ps:0": ended(-9, at=2.0)},
+                                                    GroupAction.FAIL, "ps:0", ()),
+    "chief success wins": ({"worker:1": ended(-9, at=1.0), "chief:0": ended(0, at=2.0)}, GroupAction.SUCCEED,
+                           "chief:0", ()),
+    "hung chief wins over a restart": ({"worker:1": ended(-9), "chief:0": dict(heartbeat_age=HANG + 1)},
+                                       GroupAction.FAIL, "chief:0", ()),
+}
+
+
+@pytest.mark.parametrize("mix", ["ps", "everything"])
+@pytest.mark.parametrize("case", PS_CASES)
+def test_parameter_server_jobs_restart_a_failed_worker_alone(mix, case):
+    changes, action, culprit, restart = PS_CASES[case]
+    spec = spec_for(mix)
+    verdict = decide(snap(spec, changes), spec)
+    assert (verdict.action, verdict.culprit, verdict.restart) == (action, culprit, restart)
+
+
+def test_without_parameter_servers_a_failed_worker_still_fails_the_attempt():
+    for mix in ("workers", "chief+workers", "evaluator"):
+        spec = spec_for(mix)
+        verdict = decide(snap(spec, {"worker:1": ended(-9)}), spec)
+        assert (verdict.action, verdict.restart) == (GroupAction.FAIL, ())
+
+
+def test_a_machine_of_a_parameter_server_job_without_the_chief_restarts_its_worker_alone():
+    spec = LaunchSpec(command=("x",), workers=1, chief=True, ps=1, local_tasks=("worker:1",))
+    view = TaskView(name="worker:1", task_type="worker", task_index=1, pid=5, exit_code=-9, ended_at=1.0)
+    verdict = decide(GroupSnapshot(tasks=(view,)), spec)
+    assert (verdict.action, verdict.restart) == (GroupAction.RESTART_TASKS, ("worker:1",))
 
 
 @pytest.mark.parametrize("mix", ["evaluator", "everything"])
@@ -96,7 +140,7 @@ def test_evaluator_never_stops_training(mix, code):
 @pytest.mark.parametrize("mix", ROLE_MIXES)
 def test_exit_143_is_a_task_preemption(mix):
     spec = spec_for(mix)
-    victim = "worker:1" if spec.workers >= 2 else "chief:0"
+    victim = "worker:1" if spec.workers >= 2 and not spec.ps else "chief:0"
     verdict = decide(snap(spec, {victim: ended(143)}), spec)
     assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.PREEMPTED, Cause.TASK_PREEMPTED, victim)
 
@@ -233,3 +277,30 @@ def test_fixed_ports_do_not_retry_a_port_conflict_for_free():
 def test_transient_failures_say_so():
     decision = RestartPolicy(max_restarts=1).after(Cause.TASK_FAILED, 0.0, transient=True)
     assert decision.restart and "looked transient" in decision.message
+
+
+# -- TaskRestartPolicy (a task restarted alone) ----------------------------------------------------------------------
+def test_each_task_has_its_own_budget_and_back_off():
+    policy = TaskRestartPolicy(max_restarts=2, backoff=1.0, backoff_max=1.5)
+    first = [policy.after("worker:0", float(t)) for t in range(3)]
+    assert [(d.restart, d.delay, d.counted) for d in first] == [(True, 1.0, True), (True, 1.5, True), (False, 0.0, False)]
+    assert "restarting worker:0 alone, in place (1/2) in 1.0s" in first[0].message
+    assert first[2].message == "worker:0 used its 2 restart(s)"
+    other = policy.after("worker:1", 3.0)
+    assert (other.restart, other.delay) == (True, 1.0), "another worker's budget is untouched"
+
+
+def test_a_task_budget_expires_with_the_window():
+    policy = TaskRestartPolicy(max_restarts=1, window=10.0)
+    assert policy.after("worker:1", 0.0).restart
+    refused = policy.after("worker:1", 5.0)
+    assert not refused.restart and refused.message == "worker:1 used its 1 restart(s) within 10s"
+    assert policy.after("worker:1", 11.0).restart
+
+
+def test_no_budget_no_restart_alone_but_a_preempted_task_restarts_uncounted():
+    policy = TaskRestartPolicy(max_restarts=0, max_preemptions=1)
+    assert not policy.after("worker:1", 0.0).restart
+    preempted = policy.after("worker:1", 0.0, preempted=True)
+    assert (preempted.restart, preempted.counted, preempted.delay) == (True, False, 0.0)
+    assert not policy.after("worker:1", 0.0, preempted=True).restart, "preemptions have their own cap"

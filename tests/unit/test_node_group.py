@@ -71,3 +71,67 @@ def test_a_failure_on_this_machine_carries_the_flight_recorders_verdict(tmp_path
     assert "exit code 3; flight recorder: worker:1 stopped first: exit code 3" in outcome[1], outcome
     report = tmp_path / "logs" / "hang-attempt-0.txt"
     assert f"(report: {report})" in outcome[1] and report.read_text().startswith("tfdist flight recorder")
+
+
+def _ps_worker_group(tmp_path, max_restarts: int) -> NodeGroup:
+    """This machine runs worker 1 of a parameter-server job (chief, 2 workers, 1 ps elsewhere); the stand-in task
+    fails its first start with exit code 5, then serves."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tfdist.launch.local.layout import ClusterLayout
+
+    fake = str(Path(__file__).resolve().parents[1] / "bin" / "fake_task.py")
+    layout = ClusterLayout(chief=("127.0.0.1:1",), worker=("127.0.0.1:2", "127.0.0.1:3"), ps=("127.0.0.1:4",))
+    return NodeGroup(command=Command(fake, (str(tmp_path / "out"), "--fail", "worker:1:5", "--fail-starts", "1",
+                                            "--sleep", "60"), interpreter=sys.executable),
+                     workers=(), first_index=0, slots=1, node_rank=2, round_=0, job="j",
+                     log_dir=str(tmp_path / "logs"), env={}, legacy_keras=False, max_restarts=max_restarts,
+                     timeouts=Timeouts(), base_env=dict(os.environ), roles=(layout, ("worker:1",)))
+
+
+def _starts(tmp_path) -> list[int]:
+    path = tmp_path / "out" / "worker-1.starts"
+    return [int(pid) for pid in path.read_text().split()] if path.exists() else []
+
+
+def test_a_failed_parameter_server_job_worker_is_restarted_alone_and_the_round_goes_on(tmp_path):
+    import time
+
+    group = _ps_worker_group(tmp_path, max_restarts=1)
+    group.start()
+    outcomes = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(_starts(tmp_path)) < 2 and time.monotonic() < deadline:
+            outcomes.append(group.outcome())
+            time.sleep(0.05)
+        outcomes.append(group.outcome())
+        starts = _starts(tmp_path)
+        assert len(starts) == 2, starts
+        assert set(outcomes) == {None}, "the round goes on: the rendezvous never hears of it"
+        assert group.group.procs[0].pid == starts[1] and group.group.procs[0].poll() is None
+        assert group.plans[0].address == "127.0.0.1:3"
+        assert group.in_place.done == {"worker:1": 1}
+    finally:
+        group.stop(graceful=False)
+    tasks = json.loads((tmp_path / "logs" / "tasks.json").read_text())
+    assert tasks == [{"task": "worker:1", "pid": starts[1], "address": "127.0.0.1:3"}]
+
+
+def test_a_worker_without_restarts_left_fails_the_round(tmp_path):
+    import time
+
+    group = _ps_worker_group(tmp_path, max_restarts=0)
+    group.start()
+    try:
+        deadline = time.monotonic() + 60
+        outcome = None
+        while outcome is None and time.monotonic() < deadline:
+            outcome = group.outcome()
+            time.sleep(0.05)
+    finally:
+        group.stop(graceful=False)
+    assert outcome is not None and outcome[0] == "failed" and "exit code 5" in outcome[1], outcome
+    assert len(_starts(tmp_path)) == 1

@@ -307,11 +307,11 @@ class Agent:
             command=self.spec.command, workers=tuple(message.workers), first_index=message.first_index,
             slots=self.spec.slots, node_rank=self.node_rank, round_=self.round, job=self.spec.job,
             log_dir=os.path.join(self.log_dir, f"attempt-{self.round}"), env=dict(self.spec.env),
-            legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts,
+            legacy_keras=self.spec.legacy_keras, max_restarts=self.spec.max_restarts, backoff=self.spec.backoff,
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
-            gpus_per_task=self.spec.gpus_per_task, spares=self.spares,
+            gpus_per_task=self.spec.gpus_per_task, spares=self.spares, restart_window=self.spec.restart_window,
             snapshot_dir=self.snapshots.path if self.snapshots else None,
-            options=self.spec.tasks)
+            options=self.spec.tasks, say=self.say)
         self.group.start()
         self.state = "running"
         if self.metrics is not None and self.round > 0:

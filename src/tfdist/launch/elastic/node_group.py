@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
@@ -22,13 +23,16 @@ from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_gro
                                         record_flight, stopped_outcome, stopping)
 from tfdist.launch.outcome import Outcome
 from tfdist.launch.local.group import TaskGroup
-from tfdist.launch.console.task_output import Console
+from tfdist.launch.local.restart import TaskRestartPolicy
+from tfdist.launch.local.task_restarts import InPlaceRestarts
+from tfdist.launch.console.task_output import Console, to_terminal
 from tfdist.protocol import PREEMPTED_EXIT_CODE, Command, TaskPlan, read_modules
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.launch.local.taskenv import assign_gpus, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
 from tfdist.launch.console.tflog import LEVEL_VARIABLE
 from tfdist.launch.process.spare_pool import SparePool
+from tfdist.launch.seams import Say
 from tfdist.launch.flight.evidence import TaskEvidence
 from tfdist.launch.flight.report import HangReport
 
@@ -101,7 +105,8 @@ class NodeGroup:
                  spares: SparePool | None = None, base_env: Mapping[str, str] | None = None,
                  snapshot_dir: str | None = None, options: TaskOptions = TaskOptions(),
                  kill_now: Callable[[], bool] = lambda: False,
-                 roles: tuple[ClusterLayout, tuple[str, ...]] | None = None) -> None:
+                 roles: tuple[ClusterLayout, tuple[str, ...]] | None = None, restart_window: float = 0.0,
+                 backoff: float = 0.0, say: Say | None = None) -> None:
         # roles: the whole cluster and this machine's tasks, placed by round_roles (--chief/--ps/--evaluator).
         layout, local = roles or (ClusterLayout(worker=workers),
                                   tuple(f"worker:{i}" for i in range(first_index, first_index + slots)))
@@ -138,6 +143,11 @@ class NodeGroup:
         self._ending: Ending | None = None  # how the round ends, once outcome() found it ended
         self.kill_now = kill_now  # the agent was told to kill now (a second signal): waits and graces are cut short
         self.flight: tuple[HangReport, str | None] | None = None  # (HangReport, the watchdog's task): for the rendezvous
+        # A ParameterServerStrategy worker that fails is restarted here, alone (rules.tolerated_alone): the round and
+        # the other machines go on. Its budget is --max-restarts per task within this round.
+        self.in_place = InPlaceRestarts(
+            TaskRestartPolicy(max_restarts=max_restarts, window=restart_window, backoff=backoff),
+            say=say or (lambda message: to_terminal(f"tfdist[node{node_rank}]: {message}")))
 
     def start(self) -> None:
         self.group.start()
@@ -174,6 +184,8 @@ class NodeGroup:
         t = self.spec.timeouts
         snapshot = self.group.poll(stale_after=t.hang)
         verdict = rules.decide(snapshot, self.spec)
+        if verdict.action is rules.GroupAction.RESTART_TASKS:
+            verdict = self.in_place.handle(verdict, self.group, time.monotonic())
         if verdict.action is rules.GroupAction.CONTINUE:
             return None
         self._ending = ending_for(verdict, t, ps=bool(self.spec.ps), across_machines=True)

@@ -98,6 +98,22 @@ class TaskGroup:
             json.dump([{"task": p.name, "pid": p.pid, "address": p.plan.address} for p in self.procs], handle)
         os.replace(tmp, os.path.join(self.attempt_dir, "tasks.json"))
 
+    def restart_task(self, name: str) -> TaskProcess:
+        """Start task ``name`` again, alone, from its own plan (same index, address and TF_CONFIG), in place of its
+        exited process; its log file goes on (appended). The other tasks are not touched."""
+        index = next(i for i, p in enumerate(self.procs) if p.name == name)
+        old = self.procs[index]
+        old.signal_group(signal.SIGKILL)  # what it started itself, if anything is left of its process group
+        log_path = old.log_path
+        proc = self._from_spare(old.plan, log_path)
+        if proc is None:
+            proc = spawn(old.plan, attempt=self.attempt, base_env=self.base_env, log_path=log_path,
+                         console=self.console)
+        self.procs[index] = proc
+        self._first_step.pop(name, None)
+        self._write_pids()
+        return proc
+
     def summary(self) -> str:
         return ", ".join(f"{p.name} pid {p.pid} {p.plan.address}" for p in self.procs)
 

@@ -73,3 +73,38 @@ class RestartPolicy:
         return RestartDecision(True, delay=delay, counted=True,
                                message=f"{why}restarting the group ({len(recent) + 1}/{self.max_restarts})"
                                        + (f" in {delay:.1f}s" if delay else ""))
+
+
+@dataclass
+class TaskRestartPolicy:
+    """Whether, and when, one task restarted alone (a ParameterServerStrategy worker, see ``rules.tolerated_alone``)
+    is started again: each task has its own budget (``max_restarts`` within ``window``) and its own doubling back-off,
+    so one flapping worker cannot use up another's. A task that saved and exited 143 (preempted) restarts at once,
+    not counted, up to ``max_preemptions``. A task whose budget is spent is refused: the caller then ends the attempt
+    as any other failure, and the group's own :class:`RestartPolicy` decides."""
+
+    max_restarts: int = 0
+    window: float = 0.0
+    backoff: float = 0.0
+    backoff_max: float = 30.0
+    max_preemptions: int = 20
+    restarts: dict[str, list[float]] = field(default_factory=dict)  # per task: when each counted restart happened
+    preemptions: dict[str, int] = field(default_factory=dict)
+
+    def after(self, task: str, now: float, *, preempted: bool = False) -> RestartDecision:
+        """What to do after ``task`` exited abnormally at time ``now`` (``preempted``: it exited 143); records the
+        restart it allows."""
+        if preempted and self.preemptions.get(task, 0) < self.max_preemptions:
+            self.preemptions[task] = self.preemptions.get(task, 0) + 1
+            return RestartDecision(True, message=f"restarting {task} alone, in place (preempted: not counted as a "
+                                                 "failure); the other tasks keep running")
+        history = self.restarts.setdefault(task, [])
+        recent = [t for t in history if self.window <= 0 or now - t < self.window]
+        if len(recent) >= self.max_restarts:
+            return RestartDecision(False, message=f"{task} used its {self.max_restarts} restart(s)"
+                                                  + (f" within {self.window:g}s" if self.window > 0 else ""))
+        history.append(now)
+        delay = 0.0 if self.backoff <= 0 else min(self.backoff_max, self.backoff * 2 ** (len(recent)))
+        return RestartDecision(True, delay=delay, counted=True,
+                               message=f"restarting {task} alone, in place ({len(recent) + 1}/{self.max_restarts})"
+                                       + (f" in {delay:.1f}s" if delay else "") + "; the other tasks keep running")

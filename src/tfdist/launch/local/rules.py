@@ -8,6 +8,11 @@ Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent us
    when every local training task has exited 0.
 3. The evaluator is outside the cluster: its failure is reported once, training goes on.
 4. A worker or chief exiting 0 before the leader is normal. A parameter server exiting at all fails the attempt.
+   Under ParameterServerStrategy a worker that exits otherwise (killed, crashed, 143) is restarted alone, in place
+   (``restart-tasks``: same index, address and TF_CONFIG) while the rest keep running: the chief's ClusterCoordinator
+   re-runs the failed worker's steps on the others and waits for it to come back at its address. A worker that lost
+   its port is not (its address is taken: the group restarts on fresh ports). A parameter server or the chief
+   failing still fails the attempt (the job restarts from its checkpoint), as TensorFlow documents.
 5. A task exiting 143 was preempted and saved: the group saves too and restarts (``task-preempted``).
 6. Any other exit fails the attempt. The root cause is, in this order: a task the kernel reports as stopped (``T``:
    its peers time out on it, TensorFlow's coordination service aborts them), a task a failed task's output names
@@ -37,6 +42,7 @@ class GroupAction(str, Enum):
     SUCCEED = "succeed"
     FAIL = "fail"  # stop the group at once (a short grace) and end the attempt
     PREEMPTED = "preempted"  # let the training tasks finish their coordinated save, then stop the group
+    RESTART_TASKS = "restart-tasks"  # restart ``Verdict.restart`` alone, in place; the others keep running
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Verdict:
     transient: bool = False
     notices: tuple[str, ...] = ()  # things to report that do not end the attempt
     after_training: bool = False  # it failed once every training task's training had finished
+    restart: tuple[str, ...] = ()  # RESTART_TASKS: the tasks to restart alone, in the order they ended
 
 
 CONTINUE = Verdict(GroupAction.CONTINUE)
@@ -74,6 +81,8 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
     ended = sorted((t for t in snapshot.tasks if t.exit_code is not None and t.task_type != "evaluator"),
                    key=lambda t: (t.ended_at if t.ended_at is not None else float("inf"), t.name))
     failed = [t for t in ended if t.exit_code != 0 or t.task_type == "ps"]
+    tolerated = [t for t in failed if tolerated_alone(t, spec)]
+    failed = [t for t in failed if t not in tolerated]
     if failed:
         first = failed[0]
         if first.exit_code == PREEMPTED_EXIT_CODE:
@@ -95,7 +104,17 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         else:
             detail = f"{how}, no heartbeat for {spec.timeouts.hang:g}s"
         return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name, detail=detail, notices=notices)
+    if tolerated:
+        first = tolerated[0]
+        return Verdict(GroupAction.RESTART_TASKS, Cause.TASK_FAILED, first.name, detail=describe_exit(first.exit_code),
+                       notices=notices, restart=tuple(t.name for t in tolerated))
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
+
+
+def tolerated_alone(task: TaskView, spec: LaunchSpec) -> bool:
+    """A task whose abnormal exit is restarted alone rather than ending the attempt: a ParameterServerStrategy
+    worker (it only serves; the coordinator tolerates its loss) that did not lose its port."""
+    return bool(spec.ps) and task.task_type == "worker" and task.exit_code not in (None, 0) and not task.lost_port
 
 
 def _blame(snapshot: GroupSnapshot, failed: list[TaskView]) -> tuple[TaskView, str]:

@@ -35,7 +35,8 @@ from tfdist.launch.console.task_output import Console, to_terminal
 from tfdist.launch.seams import OutputSink, Say, TaskMetrics
 from tfdist.protocol import TaskPlan, read_modules
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
-from tfdist.launch.local.restart import RestartPolicy
+from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
+from tfdist.launch.local.task_restarts import InPlaceRestarts
 from tfdist.launch.local.stops import StopRequests, saving_words
 from tfdist.launch.spec import LaunchSpec
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
@@ -82,6 +83,12 @@ class Supervisor:
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
+        # A ParameterServerStrategy worker that fails is restarted alone (rules.tolerated_alone), on its own budget.
+        self.in_place = InPlaceRestarts(
+            TaskRestartPolicy(max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
+                              backoff_max=spec.backoff_max),
+            say=self._say, event=self._event,
+            started=lambda pid: self._watcher.watch([pid]) if self._watcher is not None else None)
         self._cluster: ClusterLayout | None = spec.cluster  # type: ignore[assignment]
         self._local: tuple[str, ...] | None = spec.local_tasks
         self._next_round: tuple[ClusterLayout, tuple[str, ...] | None] | None = None
@@ -195,6 +202,8 @@ class Supervisor:
                 self._stop(group, snapshot)
                 return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
             verdict = rules.decide(snapshot, self.spec)
+            if verdict.action is rules.GroupAction.RESTART_TASKS:
+                verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
                 if notice not in reported:
                     reported.add(notice)
