@@ -27,7 +27,7 @@ This is a bench, not a test: run it on an otherwise quiet machine. A round is on
 2-core machine under a load average of 10-20 (others' tests running): one launch call 5-6.5 min, one recovery call
 with --kinds kill 5.5-6 min (each further kind adds roughly as much again); an idle machine is faster.
 
-    /work/main/.venv/bin/python bench/side_by_side.py launch [--rounds 5] [--baseline c69331f]
+    /work/main/.venv/bin/python bench/side_by_side.py launch [--rounds 5] [--baseline c69331f] [--launch-job 1x10]
     /work/main/.venv/bin/python bench/side_by_side.py recovery [--rounds 5] [--kinds kill,hang] [--hang-timeout 5]
     (add --show-output to see every call's own output)
 """
@@ -162,6 +162,9 @@ def plan_args(bench: str, sides: list[Side], options: argparse.Namespace) -> lis
     if bench == "launch":
         for side in sides:
             side.args = ["--rounds", "1", "--raw-cap", str(options.raw_cap)]
+            if options.launch_job:  # both copies take --epochs/--steps for (a)'s digits job
+                epochs, steps = options.launch_job
+                side.args += ["--epochs", str(epochs), "--steps", str(steps)]
             if "teardown" in help_text(side):
                 side.args += ["--only", "e2e,teardown"]
         return notes
@@ -274,6 +277,13 @@ def compare(bench: str, baseline_root: Path, options: argparse.Namespace) -> boo
     return all(baseline.rounds) and all(current.rounds)
 
 
+def _job(text: str) -> tuple[int, int]:
+    found = re.fullmatch(r"(\d+)x(\d+)", text)
+    if not found or min(int(found.group(1)), int(found.group(2))) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected EPOCHSxSTEPS, e.g. 1x10")
+    return int(found.group(1)), int(found.group(2))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -284,6 +294,9 @@ def main() -> int:
     parser.add_argument("--kinds", default="kill,hang", help="recovery: faults to compare (default: %(default)s)")
     parser.add_argument("--hang-timeout", type=float, default=5.0, help="recovery: --hang-timeout for both copies")
     parser.add_argument("--raw-cap", type=float, default=60.0, help="launch: --raw-cap for both copies")
+    parser.add_argument("--launch-job", type=_job, default=None, metavar="EPOCHSxSTEPS",
+                        help="launch: (a)'s digits job for both copies, e.g. 1x10 for a shorter run (default: the "
+                             "scripts' own, 2x30)")
     parser.add_argument("--call-timeout", type=float, default=1800.0, help="seconds one call may take")
     parser.add_argument("--show-output", action="store_true", help="print every call's own output")
     options = parser.parse_args()
