@@ -19,7 +19,9 @@ from typing import Sequence
 
 MAGIC = b"TFDSNAP1"
 END = b"TFDSEND1"
-VERSION = 1
+# 1: the model's variables only. 2: then the state beyond them (random generators, input positions), counted by the
+# header's "model" and matched by its "model_fingerprint"; a reader of 2 loads 1 (with no such state).
+VERSION = 2
 SNAPSHOT_FILE = re.compile(r"snap-([0-9]{12})\.tfsnap")
 LEN = struct.Struct("<I")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfdist.runtime.snapshots.extras import ExtraState
 from tfdist.runtime.snapshots.policy import SNAPSHOT
 from tfdist.runtime.snapshots.session import SnapshotSession, say
 from tfdist.runtime.snapshots.settings import SnapshotSettings, settings_from_env
@@ -47,8 +48,10 @@ def keras_callback(settings: SnapshotSettings | None = None) -> Any | None:
                     "before the snapshot callback")
                 return
             iterations = self.model.optimizer.iterations
-            session = SnapshotSession(TrainingVariables(model_state(self.model)), self.model.distribute_strategy,
-                                      settings)
+            variables, strategy = model_state(self.model), self.model.distribute_strategy
+            # fit's own iterator is not saved: fit makes it after this callback starts (see the README).
+            session = SnapshotSession(TrainingVariables(variables), strategy, settings,
+                                      ExtraState(variables, root=self.model, strategy=strategy))
             self.resume, snapshot = session.resume(int(iterations.numpy()))
             if self.resume.source == SNAPSHOT and snapshot is not None:
                 state._ckpt_saved_epoch.assign(int(snapshot.meta["epoch"]))

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Mapping
 
-from tfdist.runtime.snapshots.format import Snapshot, SnapshotRefused
+from tfdist.runtime.snapshots.format import ArraySpec, Snapshot, SnapshotRefused
 from tfdist.runtime.snapshots.policy import SNAPSHOT, Cadence, Resume, choose_resume, fits, mib, refusal
 from tfdist.runtime.snapshots.settings import SnapshotSettings
 from tfdist.runtime.snapshots.store import KEEP, SnapshotStore
@@ -25,8 +25,14 @@ def say(line: str) -> None:
 
 
 class SnapshotSession:
-    def __init__(self, variables: TrainingVariables, strategy: Any, settings: SnapshotSettings) -> None:
+    """``extras``: the task's state beyond the model's variables
+    (:class:`~tfdist.runtime.snapshots.extras.ExtraState`: random generators, input position), or None."""
+
+    def __init__(self, variables: TrainingVariables, strategy: Any, settings: SnapshotSettings,
+                 extras: Any = None) -> None:
+        self.extras = extras
         self.variables = variables
+        self._relist()
         self.strategy = strategy
         self.settings = settings
         self.store = SnapshotStore(settings.directory or "")
@@ -49,7 +55,16 @@ class SnapshotSession:
             self.variables.assign(snapshot.arrays)
         self.step = choice.step
         say(choice.describe())
+        if snapshot is not None and self.extras is not None:
+            self.extras.restore(choice.step, snapshot.version, dict(snapshot.extras), dict(snapshot.meta))
+            self._relist()  # the restore may have created the global generator
         return choice, snapshot
+
+    def _relist(self) -> None:
+        """Copy the extra state kept in variables (as it is now) with the model's."""
+        if self.extras is not None:
+            self.extras.refresh()
+            self.variables = TrainingVariables(self.variables.variables, self.extras.variables())
 
     def start_writing(self) -> bool:
         """Become this machine's writer (if no other live task is) after :meth:`resume`."""
@@ -69,7 +84,8 @@ class SnapshotSession:
             return False
         every = f"every {self.settings.every} step(s)" if self.settings.every else \
             f"every N steps, N chosen to keep the copy within {self.settings.budget:.0%} of step time"
-        say(f"tfdist: snapshots: {mib(size)} each ({len(self.variables.variables)} variables), {every}; up to "
+        more = self.extras.describe() if self.extras is not None else ""
+        say(f"tfdist: snapshots: {mib(size)} each ({len(self.variables.variables)} variables{more}), {every}; up to "
             f"{KEEP + 1} in {store.directory} ({mib(free)} free) and 2 host copies")
         self.variables.copy()  # traces the copy function now, so the first timed copy is a real one
         self.writer = BackgroundWriter(store, self.variables.specs)
@@ -86,13 +102,25 @@ class SnapshotSession:
             self.cadence.step_took((now - self._last_end) / steps)
         self._since += steps
         if self.cadence.due(self._since):
-            arrays = self.variables.copy()
+            arrays, specs, meta = self._copy(meta)
             copied = time.perf_counter()
             self.cadence.copy_took(copied - now)
-            self.writer.submit(step, arrays, dict(meta or {}))
+            self.writer.submit(step, arrays, meta, specs, self.variables.model_count)
             self._since = 0
             now = copied
         self._last_end = now
+
+    def _copy(self, meta: Mapping[str, Any] | None) -> tuple[list[Any], list[ArraySpec], dict[str, Any]]:
+        """The host copy: the variables (model, then extras) and each saved iterator's state, with their layout."""
+        if self.extras is None:
+            return self.variables.copy(), self.variables.specs, dict(meta or {})
+        if self.extras.changed():  # the global generator was created or replaced: copy the new one from now on
+            self._relist()
+        arrays, specs = self.variables.copy(), list(self.variables.specs)
+        for name, state in self.extras.input_arrays():
+            arrays.append(state)
+            specs.append(ArraySpec(name, state.dtype.str, state.shape))
+        return arrays, specs, {**(meta or {}), **self.extras.meta()}
 
     def pause(self) -> None:
         """Time until the next step is not step time (epoch end, validation)."""

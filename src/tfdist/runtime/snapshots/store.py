@@ -51,13 +51,14 @@ class SnapshotStore:
             self._lock_fd = None
 
     def write(self, step: int, arrays: Sequence[np.ndarray], specs: Sequence[ArraySpec],
-              meta: Mapping[str, Any]) -> Path:
-        """Write one snapshot whole, then drop all but the :data:`KEEP` newest."""
+              meta: Mapping[str, Any], model_count: int | None = None) -> Path:
+        """Write one snapshot whole, then drop all but the :data:`KEEP` newest (``model_count``: see
+        :func:`~tfdist.runtime.snapshots.format.encode_header`)."""
         partial = self.directory / f"{_PARTIAL}{step}-{os.getpid()}"
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb", buffering=0) as handle:
-                for chunk in chunks(step, arrays, specs, meta):
+                for chunk in chunks(step, arrays, specs, meta, model_count):
                     handle.write(chunk)
             final = self.directory / snapshot_name(step)
             os.replace(partial, final)  # the commit: readers see the whole file or none

@@ -18,21 +18,31 @@ from tfdist.runtime.snapshots.format import ArraySpec, fingerprint
 AGREE_STEPS = 8
 
 
+def _spec(name: str, variable: Any) -> ArraySpec:
+    return ArraySpec(name, np.dtype(variable.dtype.as_numpy_dtype).str, tuple(int(d) for d in variable.shape))
+
+
 class TrainingVariables:
-    def __init__(self, variables: Sequence[Any]) -> None:
+    """The model's variables (``variables``, matched by ``fingerprint``), then the extra state kept in variables
+    (``extras``: ``(name, variable)``, e.g. random generators), copied together."""
+
+    def __init__(self, variables: Sequence[Any], extras: Sequence[tuple[str, Any]] = ()) -> None:
         import tensorflow as tf
 
         unique: dict[int, Any] = {}
         for variable in variables:
             unique.setdefault(id(variable), variable)
         self.variables = list(unique.values())
-        self.specs = [ArraySpec(v.name, np.dtype(v.dtype.as_numpy_dtype).str, tuple(int(d) for d in v.shape))
-                      for v in self.variables]
+        self.model_count = len(self.variables)
+        self.specs = [_spec(v.name, v) for v in self.variables]
         self.fingerprint = fingerprint(self.specs)
+        extras = [(name, v) for name, v in extras if id(v) not in unique]
+        self.specs += [_spec(name, v) for name, v in extras]
+        everything = self.variables + [v for _, v in extras]
         self.nbytes = sum(s.nbytes for s in self.specs)
-        dtypes = list(dict.fromkeys(v.dtype for v in self.variables))
-        self._groups = [[i for i, v in enumerate(self.variables) if v.dtype == d] for d in dtypes]
-        groups = [[self.variables[i] for i in g] for g in self._groups]
+        dtypes = list(dict.fromkeys(v.dtype for v in everything))
+        self._groups = [[i for i, v in enumerate(everything) if v.dtype == d] for d in dtypes]
+        groups = [[everything[i] for i in g] for g in self._groups]
 
         def flatten() -> list[Any]:
             return [tf.concat([tf.reshape(v.read_value(), [-1]) for v in group], axis=0) for group in groups]
@@ -50,9 +60,9 @@ class TrainingVariables:
             return self._flatten()
 
     def copy(self) -> list[np.ndarray]:
-        """The current values in host memory (what the training step waits for)."""
+        """The current values in host memory, model then extras (what the training step waits for)."""
         flats = [t.numpy() for t in self._flat()]
-        arrays: list[np.ndarray] = [np.empty(0)] * len(self.variables)
+        arrays: list[np.ndarray] = [np.empty(0)] * len(self.specs)
         for group, flat in zip(self._groups, flats):
             offset = 0
             for i in group:
@@ -62,6 +72,7 @@ class TrainingVariables:
         return arrays
 
     def assign(self, arrays: Sequence[np.ndarray]) -> None:
+        """The model's variables from a snapshot's model arrays."""
         for variable, array in zip(self.variables, arrays):
             variable.assign(array)
 

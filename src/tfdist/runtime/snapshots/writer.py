@@ -15,6 +15,9 @@ import numpy as np
 from tfdist.runtime.snapshots.format import ArraySpec
 from tfdist.runtime.snapshots.store import SnapshotStore
 
+# step, arrays, meta, layout, how many of the arrays are the model's
+_Job = tuple[int, Sequence[np.ndarray], Mapping[str, Any], Sequence[ArraySpec], "int | None"]
+
 
 class BackgroundWriter:
     def __init__(self, store: SnapshotStore, specs: Sequence[ArraySpec]) -> None:
@@ -22,16 +25,18 @@ class BackgroundWriter:
         self.specs = list(specs)
         self.written_step: int | None = None
         self.failed: BaseException | None = None
-        self._pending: tuple[int, Sequence[np.ndarray], Mapping[str, Any]] | None = None
+        self._pending: _Job | None = None
         self._busy = False
         self._closed = False
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="tfdist-snapshot-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, step: int, arrays: Sequence[np.ndarray], meta: Mapping[str, Any]) -> None:
+    def submit(self, step: int, arrays: Sequence[np.ndarray], meta: Mapping[str, Any],
+               specs: Sequence[ArraySpec] | None = None, model_count: int | None = None) -> None:
+        """``specs``/``model_count``: this copy's layout when it differs from the writer's (extra state)."""
         with self._cond:
-            self._pending = (step, arrays, meta)
+            self._pending = (step, arrays, meta, self.specs if specs is None else specs, model_count)
             self._cond.notify()
 
     def flush(self, timeout: float = 30.0) -> None:
@@ -53,10 +58,10 @@ class BackgroundWriter:
                 self._cond.wait_for(lambda: self._pending is not None or self._closed)
                 if self._pending is None:
                     return
-                step, arrays, meta = self._pending
+                step, arrays, meta, specs, model_count = self._pending
                 self._pending, self._busy = None, True
             try:
-                self.store.write(step, arrays, self.specs, meta)
+                self.store.write(step, arrays, specs, meta, model_count)
                 self.written_step = step
             except Exception as exc:  # shared memory full or removed: training goes on without snapshots
                 self.failed = exc
