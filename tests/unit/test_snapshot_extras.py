@@ -179,3 +179,14 @@ def test_an_old_format_snapshot_restores_no_extras_and_says_so(capfd):
     assert capfd.readouterr().err.strip() == ("tfdist: resume: the snapshot of step 4 is from an older tfdist "
                                               "(variables only): random generators and the input position start "
                                               "afresh")
+
+
+def test_one_tasks_state_is_not_restored_into_a_job_of_several_tasks_and_says_so(capfd):
+    from tfdist.runtime.snapshots.extras import ExtraState
+
+    extras = ExtraState.__new__(ExtraState)
+    extras.replicated, extras.tasks, extras.iterators = [], 2, []
+    extras.restore(9, 2, {"task:input:0": np.frombuffer(b"x", np.uint8)}, {"tasks": 1})
+    assert capfd.readouterr().err.strip() == ("tfdist: resume: the snapshot of step 9 holds one task's global random "
+                                              "generator and input position, not restored in a job of 2 tasks: they "
+                                              "start afresh")

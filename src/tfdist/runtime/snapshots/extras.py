@@ -71,7 +71,7 @@ def keras_generators(root: Any) -> list[tuple[str, Any]]:
 
 def _reason(exc: BaseException) -> str:
     text = str(getattr(exc, "message", None) or exc).strip().splitlines()[0]
-    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\].*$", "", text).strip() or type(exc).__name__
+    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\].*\Z", "", text).strip() or type(exc).__name__
 
 
 def save_iterator(iterator: Any) -> bytes:
@@ -162,8 +162,11 @@ class ExtraState:
         missing = [name for name, variable in self.replicated if not _assign(variable, extras.get(name))]
         if missing:
             say(f"tfdist: resume: random generator state not in the snapshot of step {step}: {', '.join(missing)}")
-        if self.tasks != 1 or int(meta.get("tasks", 1)) != 1:
-            return  # task state is saved only in one-task jobs (the module docstring says why)
+        if self.tasks != 1 or int(meta.get("tasks", 1)) != 1:  # one-task jobs only (the module docstring says why)
+            if any(name.startswith("task:") for name in extras):
+                say(f"tfdist: resume: the snapshot of step {step} holds one task's global random generator and input "
+                    f"position, not restored in a job of {self.tasks} tasks: they start afresh")
+            return
         self._restore_global(step, extras.get(GLOBAL_RNG), meta.get("global_rng_alg"))
         for i, iterator in enumerate(self.iterators):
             state = extras.get(f"{INPUT}{i}")
