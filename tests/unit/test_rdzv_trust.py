@@ -218,6 +218,20 @@ def test_7_idle_strangers_cannot_keep_a_member_out(monkeypatch):
         assert isinstance(peer.join(), M.Welcome)
 
 
+def test_7_idle_strangers_from_many_addresses_cannot_keep_a_member_out(monkeypatch):
+    monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)  # they would stay a minute if they could
+    with live_server(min_nodes=1, max_nodes=1) as server:
+        # 12 addresses x 4 (the per-source cap): more than the 32 slots in all; each newcomer takes the oldest's.
+        idle = [stranger(server, f"127.0.1.{1 + i // 4}") for i in range(48)]
+        wait_until(lambda: sum(server._pending.values()) == 32, what="every slot")
+        peer = Peer(server)  # the newest connection: the oldest stranger gives way to it
+        assert isinstance(peer.join(), M.Welcome)
+        assert all(closed_without_a_word(sock, timeout=5) for sock in idle[:17])  # the 17 oldest gave way
+        assert sum(server._pending.values()) == 31  # a member that proved the secret holds no slot
+        for sock in idle:
+            sock.close()
+
+
 def test_7_a_silent_connection_is_closed_at_the_handshake_deadline(monkeypatch):
     monkeypatch.setattr(auth, "HANDSHAKE_S", 0.5)
     with live_server() as server:

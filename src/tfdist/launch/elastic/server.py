@@ -7,8 +7,10 @@ driver.
 
 What a stranger can do to it is bounded: a connection must finish the handshake (``auth.py``) within
 ``auth.HANDSHAKE_S`` seconds and then join; at most :data:`PENDING_PER_SOURCE` unauthenticated connections per
-address and :data:`PENDING_TOTAL` in all wait at once (more are closed at once), so idle strangers cannot keep the
-real machines out. No message is sent while the state lock is held (sends are queued per peer, ``wire.py``); a
+address wait at once (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are taken, the oldest
+gives way to the newcomer), so idle strangers, even from many addresses, cannot keep the real machines out: a real
+machine's handshake takes a millisecond, a stranger's slot lasts until 32 newer connections came. A connection
+stops counting once it proved the secret. No message is sent while the state lock is held (sends are queued per peer, ``wire.py``); a
 peer whose messages do not fit the protocol, or that stops reading, loses its own connection. Every loop reports
 what went wrong and goes on; ``accept`` survives running out of file descriptors.
 """
@@ -57,7 +59,9 @@ class RendezvousServer:
         self._lock = threading.RLock()
         self._channels: dict[int, P.Channel] = {}
         self._last_seen: dict[int, float] = {}
-        self._pending: dict[str, int] = {}
+        self._pending: dict[str, int] = {}  # unauthenticated connections per source address
+        self._waiting: dict[int, tuple[str, socket.socket]] = {}  # the same connections, oldest first
+        self._conn_ids = itertools.count(1)
         self._ids = itertools.count(1)
         self._listener = listen_socket(host, port)
         self.address = self._listener.getsockname()[:2]
@@ -124,23 +128,42 @@ class RendezvousServer:
                 sock.close()
 
     def _admit(self, sock: socket.socket, source: str) -> None:
+        given_way = None
         with self._lock:
-            waiting = self._pending.get(source, 0)
-            if waiting >= PENDING_PER_SOURCE or sum(self._pending.values()) >= PENDING_TOTAL:
+            if self._pending.get(source, 0) >= PENDING_PER_SOURCE:
                 sock.close()  # say nothing: a stranger learns only that the port is busy
                 return
-            self._pending[source] = waiting + 1
-        threading.Thread(target=self._serve, args=(sock, source), daemon=True, name="rdzv-conn").start()
+            if len(self._waiting) >= PENDING_TOTAL:  # the oldest unauthenticated connection gives way
+                given_way = self._forget(next(iter(self._waiting)))
+            conn = next(self._conn_ids)
+            self._waiting[conn] = (source, sock)
+            self._pending[source] = self._pending.get(source, 0) + 1
+        if given_way is not None:
+            try:  # its thread wakes from its read and closes it without a word
+                given_way.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        threading.Thread(target=self._serve, args=(sock, conn), daemon=True, name="rdzv-conn").start()
 
-    def _release(self, source: str) -> None:
+    def _forget(self, conn: int) -> socket.socket | None:
+        """Stop counting ``conn`` as waiting (state lock held); its socket, or None when it was not counted."""
+        entry = self._waiting.pop(conn, None)
+        if entry is None:
+            return None
+        source, sock = entry
+        left = self._pending.get(source, 1) - 1
+        if left > 0:
+            self._pending[source] = left
+        else:
+            self._pending.pop(source, None)
+        return sock
+
+    def _release(self, conn: int) -> bool:
+        """True when ``conn`` was still counted (it had not given way to a newer connection)."""
         with self._lock:
-            left = self._pending.get(source, 1) - 1
-            if left > 0:
-                self._pending[source] = left
-            else:
-                self._pending.pop(source, None)
+            return self._forget(conn) is not None
 
-    def _serve(self, sock: socket.socket, source: str) -> None:
+    def _serve(self, sock: socket.socket, conn: int) -> None:
         node_id = next(self._ids)
         channel: P.Channel | None = None
         reason = "its agent closed the connection"
@@ -149,13 +172,15 @@ class RendezvousServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 deadline = time.monotonic() + auth.HANDSHAKE_S
                 session = auth.server_handshake(sock, self._secret, auth.HANDSHAKE_S)
+                if not self._release(conn):  # proved the secret, but gave way to a newer connection meanwhile
+                    raise auth.AuthError("gave way to a newer connection")
                 # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
                 channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
                 sock.settimeout(max(0.05, deadline - time.monotonic()) + auth.HANDSHAKE_S)
                 join = channel.receive()
                 sock.settimeout(self.send_timeout)
             finally:
-                self._release(source)
+                self._release(conn)
             if not isinstance(join, M.Join):
                 self._refuse(channel, "expected a join message first")
                 return
