@@ -30,10 +30,12 @@ LAUNCH = Path(process_room.__file__).parent.parent
 PROCESS_MODULES = sorted(Path(process_room.__file__).parent.glob("*.py"))
 # The core of both launchers: the supervisor and its room, the agent and the rendezvous, the flight recorder and the
 # launcher's own modules. They hand their lines to a `say` (seams.Say) or an OutputSink the CLI wires to the
-# terminal. Left out: elastic/secret.py, a command of its own (``python -m``), and the ssh room (not done yet).
+# terminal. Left out: elastic/secret.py and ssh/host_probe.py, commands of their own (``python -m``; the probe's
+# answer is its stdout).
 CORE_MODULES = sorted({*PROCESS_MODULES, *LAUNCH.glob("*.py"), *(LAUNCH / "local").glob("*.py"),
-                       *(LAUNCH / "elastic").glob("*.py"), *(LAUNCH / "flight").glob("*.py")}
-                      - {LAUNCH / "elastic" / "secret.py"})
+                       *(LAUNCH / "elastic").glob("*.py"), *(LAUNCH / "flight").glob("*.py"),
+                       *(LAUNCH / "ssh").glob("*.py")}
+                      - {LAUNCH / "elastic" / "secret.py", LAUNCH / "ssh" / "host_probe.py"})
 
 
 def _printing(path: Path) -> list[int]:
@@ -51,7 +53,8 @@ def test_process_and_core_code_never_prints(path):
 
 
 def test_the_scan_sees_the_supervisor_and_the_agent_and_catches_a_print(tmp_path):
-    assert {LAUNCH / "local" / "supervisor.py", LAUNCH / "elastic" / "agent.py"} <= set(CORE_MODULES)
+    assert {LAUNCH / "local" / "supervisor.py", LAUNCH / "elastic" / "agent.py",
+            LAUNCH / "ssh" / "driver.py"} <= set(CORE_MODULES)
     planted = tmp_path / "planted.py"
     planted.write_text("import sys\ndef f():\n    print('x', file=sys.stderr)\n")
     assert _printing(planted) == [3, 3]

@@ -259,4 +259,6 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
         from tfdist.cli.launch_plan import print_hostfile_plan
 
         return print_hostfile_plan(spec, placement)
-    return run(spec)
+    from tfdist.launch.console.task_output import terminal_streams, to_terminal
+
+    return run(spec, say=to_terminal, streams=terminal_streams)  # its lines and the agents' output: this terminal

@@ -15,6 +15,12 @@ def to_terminal(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def terminal_streams() -> tuple[IO[str], IO[str]]:
+    """This process's stdout and stderr as they are now: where output relayed as it comes goes (the host-file
+    driver's agents)."""
+    return sys.stdout, sys.stderr
+
+
 class Console:
     """Serialises prefixed lines from many tasks onto the launcher's stdout/stderr."""
 

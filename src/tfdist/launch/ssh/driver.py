@@ -24,8 +24,10 @@ from tfdist.errors import UsageError
 from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.cluster.hostfile import HostEntry
 from tfdist.launch.elastic.netaddr import resolve, route_address
+from tfdist.launch.console.task_output import terminal_streams, to_terminal
 from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.local.stops import StopRequests
+from tfdist.launch.seams import Say
 from tfdist.launch.ssh.comeback import CooldownRange
 from tfdist.launch.ssh.fleet import Fleet
 from tfdist.status import ExitStatus
@@ -217,22 +219,24 @@ def _report_folder(log_dir: str | None) -> str | None:
     return log_dir
 
 
-def run(spec: DriverSpec) -> int:
-    """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status."""
+def run(spec: DriverSpec, *, say: Say = to_terminal,
+        streams: Callable[[], tuple[IO[str], IO[str]]] = terminal_streams) -> int:
+    """Preflight, serve the rendezvous, start the agents, wait for the job; returns the job's exit status. Its own
+    lines go to ``say``; the agents' output is copied as it comes to ``streams()`` (stdout, stderr): never printed
+    here (the CLI passes the terminal's)."""
     if not spec.hosts:
         raise UsageError("no hosts to run on")
     first_ip = resolve(spec.hosts[0].name, "--hostfile", socket.AF_UNSPEC)
     listen = route_address(first_ip)
     preflight(spec, listen)
-    say = lambda m: print(f"tfdist[rdzv]: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True)  # noqa: E731
+    say_rdzv = lambda m: say(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
     recorder = None
     if spec.flight_recorder:
         from tfdist.launch.elastic.hang_collection import JobRecorder
 
-        recorder = JobRecorder(folder=_report_folder(spec.log_dir), run_id=spec.job, say=say)
-    server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret, say=say, recorder=recorder).start()
-    print(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)", file=sys.stderr,
-          flush=True)
+        recorder = JobRecorder(folder=_report_folder(spec.log_dir), run_id=spec.job, say=say_rdzv)
+    server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret, say=say_rdzv, recorder=recorder).start()
+    say(f"tfdist: job {spec.job}: rendezvous at {server.endpoint}, {len(spec.hosts)} host(s)")
     relays: list[threading.Thread] = []
     stops = StopRequests()  # signals become flags (local/stops.py); the first is handed to the rendezvous server
 
@@ -240,7 +244,7 @@ def run(spec: DriverSpec) -> int:
         proc = subprocess.Popen(agent_ssh_command(spec, rank, server.endpoint, entry), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         _hand_secret(proc, spec.secret)
-        for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+        for stream, out in zip((proc.stdout, proc.stderr), streams()):
             relay = threading.Thread(target=_relay, args=(stream, out), daemon=True)
             relay.start()
             relays.append(relay)
@@ -248,7 +252,7 @@ def run(spec: DriverSpec) -> int:
 
     fleet = Fleet(spec.hosts, launch, server.member_names,
                   cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
-                  say=lambda m: print(f"tfdist: {printable(m, LINE_MAX)}", file=sys.stderr, flush=True))
+                  say=lambda m: say(f"tfdist: {printable(m, LINE_MAX)}"))
 
     stops.install()
     stops.forward(server.interrupt)  # every machine saves and stops, then the job ends
@@ -265,8 +269,7 @@ def run(spec: DriverSpec) -> int:
         for relay in relays:
             relay.join(timeout=2)
         if result is not None:
-            print("\n".join(printable(line, LINE_MAX) for line in result.report.splitlines()), file=sys.stderr,
-                  flush=True)
+            say("\n".join(printable(line, LINE_MAX) for line in result.report.splitlines()))
         return status
     finally:
         fleet.close()
