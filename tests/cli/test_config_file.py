@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tfdist.cli import settings
 from tfdist.cli.main import main
 
 
@@ -116,6 +117,56 @@ def test_a_pyproject_without_a_tfdist_table_is_neither_read_as_toml_nor_judged(
     assert "is not valid TOML" in err and str(tmp_path / "pyproject.toml") in err
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "is not valid TOML" in done.stderr
+
+
+HOLDING = [  # each defines tool.tfdist (checked with tomllib below)
+    "[tool.tfdist]\nx = 1\n",
+    "[tool.tfdist.launch]\nworkers = 2\n",
+    "  [ tool . tfdist . launch ]\nworkers = 2\n",
+    "[\"tool\".'tfdist']\nx = 1\n",
+    "['tool' . \"tfdist\"]\nx = 1\n",
+    "[tool]\ntfdist.launch.workers = 2\n",
+    "[tool]\n\"tfdist\" = { launch = { workers = 2 } }\n",
+    "[ tool ]\n  tfdist = {}\n",
+    "tool.tfdist.launch.workers = 2\n",
+    "tool . 'tfdist' = {}\n",
+    "tool = { tfdist = { launch = { workers = 2 } } }\n",
+    "\"tool\" = { tfdist = {} }\n",
+    "[project]\nname = 'x'\n[tool.black]\nline-length = 1\n[tool.tfdist]\nx = 1\n",
+    "[\"tool\".\"tfdis\\u0074\"]\nx = 1\n",  # spelled with an escape
+    "[\"\\u0074ool\".tfdist]\nx = 1\n",
+    "[tool.tfdist]\r\nx = 1\r\n",
+]
+NOT_HOLDING = [  # none defines tool.tfdist, and none needs parsing to know it
+    "[project]\nname = \"tfdist\"\ndependencies = [\"tfdist>=0.1\"]\n",
+    "[project.scripts]\ntfdist = \"tfdist.cli.main:run\"\n[tool.setuptools.package-data]\ntfdist = [\"data/*\"]\n",
+    "[tool.black]\nline-length = 120\n# [tool.tfdist] is not used here\n",
+    "[tool.tfdistx]\na = 1\n[tool.mytfdist]\nb = 2\n",
+    "[tools.tfdist]\na = 1\n",
+]
+
+
+@pytest.mark.parametrize("text", HOLDING)
+def test_every_spelling_of_tool_tfdist_is_parsed(text: str) -> None:
+    import tomllib
+
+    assert "tfdist" in tomllib.loads(text).get("tool", {})
+    assert settings.may_hold_tool_tfdist(text)
+
+
+@pytest.mark.parametrize("text", NOT_HOLDING)
+def test_files_that_cannot_hold_tool_tfdist_are_skipped(text: str) -> None:
+    import tomllib
+
+    assert "tfdist" not in tomllib.loads(text).get("tool", {})
+    assert not settings.may_hold_tool_tfdist(text)
+
+
+def test_the_repository_pyproject_is_skipped_and_its_table_would_be_found() -> None:
+    # The benchmark runs the doctor here: this file names tfdist (project name, script) but has no [tool.tfdist].
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    assert "tfdist" in text and not settings.may_hold_tool_tfdist(text)
+    assert settings.may_hold_tool_tfdist(text + "\n[tool.tfdist.doctor]\njson = true\n")
 
 
 def test_config_show_names_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -97,6 +97,21 @@ def _nesting(value: Any) -> int:
     return deepest
 
 
+# Every way TOML can open the tool.tfdist table: a [tool.tfdist...] header (or [[...]]), a [tool] header (tfdist
+# then comes as a key inside it), or a root-level `tool.` / `tool =` key; each name bare, "quoted" or 'quoted',
+# with blanks around the dots. Matching more (a `tool =` line inside another table, text in a multi-line string)
+# only costs a parse; a \u escape could spell either name, so a file with one is always parsed.
+_TOOL, _TFDIST = r"""(?:tool|"tool"|'tool')""", r"""(?:tfdist|"tfdist"|'tfdist')"""
+_TOOL_TFDIST = rf"^[ \t]*(?:\[\[?[ \t]*{_TOOL}[ \t]*(?:\]|\.[ \t]*{_TFDIST}[ \t]*[\].])|{_TOOL}[ \t]*[.=])"
+
+
+def may_hold_tool_tfdist(text: str) -> bool:
+    """Whether the TOML ``text`` can define ``[tool.tfdist]``; ``False`` only when it certainly does not."""
+    if "\\u" in text or "\\U" in text:
+        return True
+    return "tfdist" in text and re.search(_TOOL_TFDIST, text, re.MULTILINE) is not None
+
+
 def find_config(folder: Path) -> ConfigFile:
     """``tfdist.toml`` in ``folder``, else ``[tool.tfdist]`` of its ``pyproject.toml``, else an empty config."""
     own = folder / CONFIG_NAME
@@ -105,10 +120,9 @@ def find_config(folder: Path) -> ConfigFile:
     pyproject = folder / "pyproject.toml"
     if pyproject.is_file():
         text = _read(pyproject)
-        # A project's pyproject.toml is other tools' file: one without the word tfdist has no [tool.tfdist] table
-        # (short of spelling the key in \u escapes), so it is neither parsed (tomllib costs every command ~4 ms)
-        # nor judged: a broken [tool.black] is not tfdist's business.
-        if "tfdist" not in text:
+        # A project's pyproject.toml is other tools' file: one that cannot hold [tool.tfdist] is neither parsed
+        # (tomllib costs every command ~4 ms) nor judged (a broken [tool.black] is not tfdist's business).
+        if not may_hold_tool_tfdist(text):
             return ConfigFile()
         tool = _parse(pyproject, text).get("tool", {})
         section = tool.get("tfdist") if isinstance(tool, dict) else None
