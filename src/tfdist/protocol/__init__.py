@@ -6,7 +6,8 @@
 - :mod:`~tfdist.protocol.records`: what a task tells the launcher (heartbeat and error records, imported modules);
 - :mod:`~tfdist.protocol.snapshot_file`: the in-memory snapshot file, which the agent checks when it copies one.
 
-Imports nothing of tfdist but :mod:`tfdist.errors` and :mod:`tfdist.status`, and never TensorFlow. The names below
+Imports nothing of tfdist but :mod:`tfdist.errors`, :mod:`tfdist.status` and :mod:`tfdist.frozen` (stdlib only), and
+never TensorFlow. The names below
 are re-exported so callers can write ``from tfdist import protocol as P``; each is defined once, in its module, and
 loaded on first use (PEP 562): importing only the variables (as ``tfdist.constants`` does for every command) does not
 load the records' json/socket/traceback machinery, which every CLI start would otherwise pay.
