@@ -10,9 +10,9 @@ What a stranger can do to it is bounded: a connection must finish the handshake 
 address wait at once (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are taken, the oldest
 gives way to the newcomer), so idle strangers, even from many addresses, cannot keep the real machines out: a real
 machine's handshake takes a millisecond, a stranger's slot lasts until 32 newer connections came. A connection
-stops counting once it proved the secret. No message is sent while the state lock is held (sends are queued per peer, ``wire.py``); a
-peer whose messages do not fit the protocol, or that stops reading, loses its own connection. Every loop reports
-what went wrong and goes on; ``accept`` survives running out of file descriptors.
+stops counting once it proved the secret. No message is sent while the state lock is held (sends are queued per
+peer, ``wire.py``); a peer whose messages do not fit the protocol, or that stops reading, loses its own connection.
+Every loop reports what went wrong and goes on; ``accept`` survives running out of file descriptors.
 """
 from __future__ import annotations
 
