@@ -134,3 +134,51 @@ def test_a_join_with_other_role_words_is_a_protocol_error(field, value):
     with pytest.raises(M.ProtocolError, match=field):
         M.Join.check(join)
     assert M.Join.check({**join, "roles": ["ps"], "layout": "chief,ps=1"}).roles == ["ps"]
+
+
+# -- a parameter-server round: what a lost machine does, and the end of the job ------------------------------------
+def _running_ps_round(evaluator: bool = False):
+    """node0: chief:0 worker:0; node1: ps:0 (pinned); node2: worker:1, or evaluator:0 (pinned) -- round 0 running."""
+    layout = "chief,ps=1" + (",evaluator" if evaluator else "")
+    policy, _ = policy_with((2, (), layout), (1, ("ps",), layout), (1, ("evaluator",) if evaluator else (), layout))
+    (start,) = policy.tick(1.0)
+    assert isinstance(start, StartRound) and policy.phase is Phase.RUNNING
+    return policy
+
+
+@pytest.mark.parametrize("lost", [1, 2, 3])
+def test_a_lost_machine_stops_a_parameter_server_round_even_one_with_only_workers(lost):
+    # The coordinator tolerates a worker whose connection fails, not one that falls silent (a machine cut off): with
+    # TF 2.21 the chief waited at its step for a SIGSTOPped worker until the hang watchdog. So a new round it is.
+    policy = _running_ps_round()
+    policy.on_lost(lost, "no keep-alive for 6s", now=2.0)
+    stops = policy.tick(2.5)
+    assert policy.phase is Phase.STOPPING and len(stops) == 1 and f"lost m{lost}" in stops[0].reason
+
+
+def test_a_parameter_server_job_ends_once_the_chief_s_machine_succeeded():
+    # Its workers and parameter servers serve until stopped: the other machines never report on their own, and
+    # waiting for them only added after_success (10 s by default) to every parameter-server job.
+    policy = _running_ps_round()
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=3.0)
+    (finish,) = policy.tick(3.0)
+    assert isinstance(finish, Finish) and finish.status == 0
+
+
+def test_a_parameter_server_job_waits_for_the_evaluator_s_machine():
+    policy = _running_ps_round(evaluator=True)
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=3.0)
+    assert policy.tick(3.0) == [] and policy.phase is Phase.FINISHING, "the evaluator may be scoring the final model"
+    policy.on_exited(3, 0, Outcome.SUCCEEDED, None, "", now=4.0)
+    (finish,) = policy.tick(4.0)
+    assert isinstance(finish, Finish) and finish.status == 0
+
+
+def test_a_job_without_parameter_servers_still_waits_for_every_machine():
+    policy, _ = policy_with((1, (), "chief"), (1, (), "chief"))
+    policy.tick(1.0)
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=2.0)
+    assert policy.tick(2.0) == [] and policy.phase is Phase.FINISHING
+    policy.on_exited(2, 0, Outcome.SUCCEEDED, 120, "", now=2.5)
+    (finish,) = policy.tick(2.5)
+    assert isinstance(finish, Finish) and finish.status == 0

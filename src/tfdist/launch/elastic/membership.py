@@ -16,7 +16,13 @@ Rules (torchrun's, with Horovod's blacklist):
 - a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after, in arrival order);
   its tasks get global indices in that order, then by local index, so worker 0 (the chief) is on node rank 0;
 - a lost machine or a failed task stops the round; a machine waiting to join stops it gracefully (the tasks save
-  at the current step: the preemption path) once every machine of the round trains;
+  at the current step: the preemption path) once every machine of the round trains. This holds for a lost machine
+  of a ParameterServerStrategy job that ran only workers too: the chief's ClusterCoordinator blocks on a worker that
+  falls silent (measured with TF 2.21: the chief stayed at its step until the hang watchdog), it only re-runs the
+  steps of a worker whose connection fails;
+- the job is over once the leader's machine succeeded and every machine of the round reported, or ``after_success``
+  later; in a ParameterServerStrategy job only the machines running the chief or the evaluator are waited for (the
+  workers and parameter servers serve until stopped: nothing of theirs ends on its own);
 - a failure is blamed on a machine only when no machine was lost in the same round (a lost peer makes the others'
   collectives fail too); a machine blamed ``fail_limit`` rounds in a row is left out for ``cooldown`` seconds;
 - failures count against ``max_restarts`` within ``restart_window`` and wait ``backoff`` (doubling) before the next
@@ -30,7 +36,7 @@ from typing import Any
 from tfdist.cluster.address import format_address
 from tfdist.cluster.placement import parse_counts
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.round_roles import leader_rank, round_layout
+from tfdist.launch.elastic.round_roles import leader_rank, local_tasks, round_layout
 from tfdist.launch.elastic.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
 )
@@ -70,6 +76,9 @@ class MembershipPolicy:
         self._interrupt: int | None = None
         self._outbox: list[RoundAction] = []  # decisions taken inside an event, handed out by the next tick
         self._leader_rank = 0  # the machine whose success ends the job: it runs the chief (else worker 0)
+        self._round_tasks: dict[int, tuple[str, ...]] = {}  # node rank -> its tasks this round (jobs with roles)
+        self._ranks: dict[int, int] = {}  # node id -> its node rank this round, as started
+        self._ps_job = False  # the job has parameter servers: its workers and parameter servers serve until stopped
 
     # -- events --------------------------------------------------------------------------------------------------
     def on_join(self, node: Node, job: str) -> tuple[str, int] | None:
@@ -165,7 +174,7 @@ class MembershipPolicy:
         if self.phase is Phase.WAITING:
             return self._tick_waiting(now)
         if self.phase is Phase.FINISHING:
-            done = all(n.outcome is not None for n in self._members())
+            done = all(n.outcome is not None for n in self._members() if self._ends_on_its_own(n))
             if done or now >= self._finish_deadline:
                 return self._done(int(ExitStatus.SUCCESS), "succeeded")
             return []
@@ -236,6 +245,12 @@ class MembershipPolicy:
     def _members(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.in_round]
 
+    def _ends_on_its_own(self, node: Node) -> bool:
+        """Whether ``node``'s share of a finishing round ends without being stopped: under ParameterServerStrategy
+        only a machine running the chief or the evaluator; otherwise every machine."""
+        tasks = self._round_tasks.get(self._rank(node), ())
+        return not self._ps_job or any(t.startswith(("chief:", "evaluator:")) for t in tasks)
+
     def _eligible(self, now: float) -> list[Node]:
         return [n for n in self.nodes.values() if n.ready and self.blacklist.get(n.label, 0.0) <= now]
 
@@ -244,6 +259,9 @@ class MembershipPolicy:
         return (node.requested_rank is None, node.requested_rank or 0, node.node_id)
 
     def _rank(self, node: Node) -> int:
+        """Its node rank in this round (as started; else, in a round adopted from another coordinator, by order)."""
+        if node.node_id in self._ranks:
+            return self._ranks[node.node_id]
         return sorted(self._members(), key=self._order).index(node)
 
     def _round_nodes(self, eligible: list[Node]) -> tuple[tuple[Any, ...], ...]:
@@ -254,14 +272,16 @@ class MembershipPolicy:
         """Why the job's roles do not fit on these machines (``""``: they fit, or the job has none); records the
         leader's machine."""
         counts = parse_counts(eligible[0].layout) if eligible else None
-        self._leader_rank = 0
+        self._leader_rank, self._round_tasks, self._ps_job = 0, {}, False
         if counts is None:
             return ""
         nodes = self._round_nodes(eligible)
         try:
-            self._leader_rank = leader_rank(round_layout(nodes, ["-"] * sum(n[3] for n in nodes), counts)[1])
+            placements = round_layout(nodes, ["-"] * sum(n[3] for n in nodes), counts)[1]
         except UsageError as unfit:
             return unfit.one_line()
+        self._leader_rank, self._ps_job = leader_rank(placements), counts.ps > 0
+        self._round_tasks = {int(n[0]): local_tasks(placements, int(n[0])) for n in nodes}
         return ""
 
     def _start_round(self, eligible: list[Node]) -> StartRound:
@@ -271,8 +291,10 @@ class MembershipPolicy:
         self._round_lost, self._round_failure = False, None
         workers: list[str] = []
         assignments = []
+        self._ranks = {}
         for rank, node in enumerate(chosen):
             assignments.append(Assignment(node.node_id, rank, len(workers)))
+            self._ranks[node.node_id] = rank
             workers += [format_address(node.address, port) for port in node.ports[: node.slots]]
             node.ready, node.in_round, node.training, node.outcome, node.step = False, True, False, None, None
         _bounded(self.history, f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
