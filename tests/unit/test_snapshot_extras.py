@@ -190,3 +190,42 @@ def test_one_tasks_state_is_not_restored_into_a_job_of_several_tasks_and_says_so
     assert capfd.readouterr().err.strip() == ("tfdist: resume: the snapshot of step 9 holds one task's global random "
                                               "generator and input position, not restored in a job of 2 tasks: they "
                                               "start afresh")
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_an_object_graph_that_cannot_be_walked_costs_the_layer_generators_only(tf, capfd):
+    from tfdist.runtime.snapshots.extras import ExtraState
+
+    class Unwalkable:  # TrackableView refuses what is not trackable
+        pass
+
+    extras = ExtraState([], root=Unwalkable(), strategy=tf.distribute.get_strategy())
+    assert extras.replicated == []
+    assert capfd.readouterr().err.startswith("tfdist: snapshots: the layers' random generators are not saved (")
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_an_iterator_of_another_pipeline_is_not_restored_and_says_so(tf, tmp_path, capfd):
+    from tfdist.runtime.snapshots.loop import LoopSnapshots
+
+    settings = SnapshotSettings(enabled=True, directory=str(tmp_path), every=1)
+    weight = tf.Variable(tf.zeros([3]))
+    iterator = iter(tf.data.Dataset.range(100).shuffle(10, seed=1).batch(4))
+    first = LoopSnapshots(tf.train.Checkpoint(weight=weight), settings=settings, iterator=iterator)
+    first.resume(0)
+    for step in (1, 2):
+        next(iterator)
+        first.step_done(step)
+    first.close()
+    capfd.readouterr()
+
+    other = iter(tf.data.Dataset.from_tensor_slices(tf.ones([50, 2])).map(lambda x: x * 2).batch(3))
+    second = LoopSnapshots(tf.train.Checkpoint(weight=weight), settings=settings, iterator=other)
+    assert second.resume(0).step == 2
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("tfdist: resume: the input")]
+    assert len(lines) == 1 and lines[0].startswith("tfdist: resume: the input position of iterator 0 is not "
+                                                   "restored ("), lines
+    assert next(other).numpy().tolist() == [[2.0, 2.0]] * 3  # starts afresh
+    second.close()
