@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+import psutil
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 QUIET_TF = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO / "src")}
@@ -31,3 +33,19 @@ def median(values: Sequence[float]) -> float:
 def median_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> float:
     """Median of per-round ratios (robust to a noisy machine drifting between rounds)."""
     return statistics.median(a / b for a, b in zip(numerator, denominator))
+
+
+def ready_spares(parent: psutil.Process, exclude: set[int] = frozenset()) -> int:
+    """How many of ``parent``'s warm spares (tfdist.launch.process.spare_process) finished their imports: their main
+    thread waits on their stdin pipe for the order to become a task. A fault before that finds no spare ready (a
+    job's first seconds), which is not the steady state the recovery benches measure."""
+    ready = 0
+    for child in parent.children():
+        try:
+            if child.pid in exclude or "tfdist.launch.process.spare_process" not in " ".join(child.cmdline()):
+                continue
+            with open(f"/proc/{child.pid}/wchan") as handle:
+                ready += "pipe" in handle.read()
+        except (psutil.Error, OSError):
+            pass
+    return ready

@@ -50,14 +50,19 @@ def secret_file(tmp: Path) -> str:
 
 
 def agent(machines: Machines, i: int, tmp: Path, nnodes: str, *extra: str, script: list[str] = SCRIPT,
-          etcd: EtcdCluster | None = None):
+          etcd: EtcdCluster | None = None, rank: int | None = None, private_dirs: dict[str, str] | None = None,
+          env: dict[str, str] | None = None):
+    """Machine ``i``'s agent (node rank ``rank``, default i - 1), logs in ``tmp``/logs<i>, output in m<i>.err;
+    ``private_dirs``: folders of its own (``Machines.command``), e.g. its own /dev/shm; ``env`` (default ``ENV``)."""
     where = ["--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoints] if etcd is not None else \
         ["--rdzv-endpoint", f"{machines.address(1)}:29400"]
     argv = [PYTHON, "-m", "tfdist", "launch", "--nnodes", nnodes, *where, "--rdzv-secret-file", secret_file(tmp),
-            "--node-rank", str(i - 1), "-n", "1", "--node-timeout", str(NODE_TIMEOUT), "--rdzv-last-call", "0.5",
-            "--log-dir", str(tmp / f"logs{i}"), *extra, "--", DIGITS, *script, "--model-dir", str(tmp / "model")]
+            "--node-rank", str(i - 1 if rank is None else rank), "-n", "1", "--node-timeout", str(NODE_TIMEOUT),
+            "--rdzv-last-call", "0.5", "--log-dir", str(tmp / f"logs{i}"), *extra, "--", DIGITS, *script,
+            "--model-dir", str(tmp / "model")]
     err = open(tmp / f"m{i}.err", "wb")  # noqa: SIM115
-    return subprocess.Popen(machines.command(i, argv), cwd=REPO, env=ENV, stdout=err, stderr=err)
+    return subprocess.Popen(machines.command(i, argv, private_dirs=private_dirs), cwd=REPO, env=env or ENV,
+                            stdout=err, stderr=err)
 
 
 def step_of(tmp: Path, i: int, round_: int) -> int | None:

@@ -10,6 +10,12 @@ Median over several trials each, on tfdist.examples.digits with 2 workers:
 - hang:     SIGSTOP of worker 1 with --hang-timeout H -> time until teardown (goal <= H + 1 s).
 - preempt:  SIGTERM to worker 1 -> steps lost (goal 0) and time to the first resumed step.
 - overhead: training throughput with the default backup interval vs no checkpointing, alternating (goal <= 3 %).
+- lost-machine: 3 machines as network namespaces (needs root), a rendezvous job (--nnodes 3, one worker each, each
+            machine with a /dev/shm of its own); machine 3's agent SIGKILLed mid-training, a replacement machine joins:
+            steps_lost, first_resumed_step_s, and whether the resumed step came from the survivors' snapshot copied
+            to the joining machine or the durable checkpoint (bench/_lost_machine.py). lost-machine-nosnap: the same
+            with TFDIST_SNAPSHOTS=0 (today's recovery, from --save-every); with both, the median of the per-round
+            first_resumed_step_s ratios (snapshots on / off) is printed (goal <= 1: no slower than today).
 - snapshot_overhead: mean step time of worker 0 with a snapshot every step (TFDIST_SNAPSHOT_EVERY=1) / with
             snapshots off, alternating runs, median of the per-round ratios (goal <= 1.02).
 
@@ -20,7 +26,8 @@ BackupAndRestore starts), checkpoint restore, first step (-> the first heartbeat
 launcher's events.jsonl, and marks from bench/_probe/sitecustomize.py (put on PYTHONPATH for the trials only).
 
     .venv/bin/python bench/recovery.py [--trials 5] [--hang-timeout 5]
-                                       [--kinds kill-cold,kill,kill-nosnap,hang,preempt] [--skip-overhead]
+                                       [--kinds kill-cold,kill,kill-nosnap,hang,preempt,lost-machine,
+                                                lost-machine-nosnap] [--skip-overhead]
                                        [--skip-snapshot-overhead]
 """
 from __future__ import annotations
@@ -39,7 +46,8 @@ import psutil
 
 import sys
 
-from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
+from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio, ready_spares
+from _lost_machine import PHASES as LOST_MACHINE_PHASES, lost_machine, why_no_namespaces
 
 sys.path.insert(0, str(REPO / "src"))
 from tfdist.protocol import read_heartbeat  # noqa: E402
@@ -52,6 +60,7 @@ ENV = {**QUIET_TF, "TFDIST_HEARTBEAT_INTERVAL": "0"}  # exact step numbers in th
 PROBE = str(REPO / "bench" / "_probe")
 PHASES = ("detection", "teardown", "hand-off", "script start", "TF server + cluster", "model build",
           "checkpoint restore", "first step")
+EVERY_PHASE = PHASES + tuple(p for p in LOST_MACHINE_PHASES if p not in PHASES)  # in the order printed
 
 
 def read_step(path: Path) -> int | None:
@@ -77,18 +86,8 @@ def tasks(logs: Path, attempt: int) -> dict[str, psutil.Process]:
 
 
 def spares_ready(launcher: psutil.Process, logs: Path) -> bool:
-    """Every task has a warm spare that finished its imports: its main thread waits on its stdin pipe."""
-    own = {p.pid for p in tasks(logs, 0).values()}
-    ready = 0
-    for child in launcher.children():
-        try:
-            if child.pid in own or "tfdist.launch.process.spare_process" not in " ".join(child.cmdline()):
-                continue
-            with open(f"/proc/{child.pid}/wchan") as handle:
-                ready += "pipe" in handle.read()
-        except (psutil.Error, OSError):
-            pass
-    return ready >= 2
+    """Every task has a warm spare that finished its imports."""
+    return ready_spares(launcher, exclude={p.pid for p in tasks(logs, 0).values()}) >= 2
 
 
 def jsonl(path: Path) -> list[dict]:
@@ -186,7 +185,7 @@ def main() -> None:
     parser.add_argument("--hang-timeout", type=float, default=5.0)
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-snapshot-overhead", action="store_true")
-    parser.add_argument("--kinds", default="kill-cold,kill,kill-nosnap,hang,preempt",
+    parser.add_argument("--kinds", default="kill-cold,kill,kill-nosnap,hang,preempt,lost-machine,lost-machine-nosnap",
                         help="which faults, comma-separated")
     args = parser.parse_args()
     summary: dict[str, dict[str, float]] = {}
@@ -194,23 +193,39 @@ def main() -> None:
     # (name, option, fault, warm spares, snapshots)
     kinds = [("kill (cold restart)", "kill-cold", "kill", False, True), ("kill", "kill", "kill", True, True),
              ("kill (snapshots off)", "kill-nosnap", "kill", True, False), ("hang", "hang", "hang", True, True),
-             ("preempt", "preempt", "preempt", True, True)]
+             ("preempt", "preempt", "preempt", True, True),
+             ("lost machine", "lost-machine", "lost-machine", True, True),
+             ("lost machine (snapshots off)", "lost-machine-nosnap", "lost-machine", True, False)]
     wanted = args.kinds.split(",")
     kinds = [k for k in kinds if k[1] in wanted]
+    if any(k[2] == "lost-machine" for k in kinds) and why_no_namespaces():
+        print(f"lost-machine trials skipped: {why_no_namespaces()}", flush=True)
+        kinds = [k for k in kinds if k[2] != "lost-machine"]
     runs: dict[str, list[dict[str, float]]] = {k[0]: [] for k in kinds}
     for i in range(args.trials):  # alternate the kinds within each round
         for name, _, kind, spares, snapshots in kinds:
-            runs[name].append(trial(kind, args.hang_timeout if kind == "hang" else 300.0, spares, snapshots))
-            print(f"  {name} trial {i + 1}: " + ", ".join(f"{k}={v:.3f}" for k, v in runs[name][-1].items()),
-                  flush=True)
+            runs[name].append(lost_machine(snapshots) if kind == "lost-machine" else
+                              trial(kind, args.hang_timeout if kind == "hang" else 300.0, spares, snapshots))
+            print(f"  {name} trial {i + 1}: " + ", ".join(
+                f"{k}={v:.3f}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in runs[name][-1].items()),
+                flush=True)
     for name, *_ in kinds:
-        keys = [k for k in runs[name][0] if all(k in r for r in runs[name])]
+        keys = [k for k in runs[name][0] if all(isinstance(r.get(k), (int, float)) for r in runs[name])]
         summary[name] = {key: median([r[key] for r in runs[name]]) for key in keys}
-        print(f"{name}: median " + ", ".join(f"{k}={summary[name][k]:.3f}" for k in keys if k not in PHASES),
+        print(f"{name}: median " + ", ".join(f"{k}={summary[name][k]:.3f}" for k in keys if k not in EVERY_PHASE),
               flush=True)
-        parts = [f"{k} {summary[name][k]:.2f}s" for k in PHASES if k in summary[name]]
+        sources = [r["resumed_from"] for r in runs[name] if "resumed_from" in r]
+        if sources:
+            print(f"  resumed from, per trial: {'; '.join(sources)}", flush=True)
+        parts = [f"{k} {summary[name][k]:.2f}s" for k in EVERY_PHASE if k in summary[name]]
         if parts:
             print(f"  where the time goes (medians): {' + '.join(parts)}", flush=True)
+    on, off = runs.get("lost machine"), runs.get("lost machine (snapshots off)")
+    if on and off:
+        ratio = median_ratio([r["first_resumed_step_s"] for r in on], [r["first_resumed_step_s"] for r in off])
+        summary["lost machine"]["first_resumed_step_ratio"] = ratio
+        print(f"lost machine: first_resumed_step_s ratio snapshots on / off = {ratio:.3f} (median of the per-round "
+              "ratios; goal <= 1, no slower than today)", flush=True)
     if not args.skip_overhead:
         print("overhead: steps/s with the default backup interval vs no checkpointing, alternating")
         rates = alternate(args.trials, [("checkpointing", lambda: throughput(False)),

@@ -50,6 +50,12 @@ def _install() -> None:
         import tensorflow as tf
 
         _wrap(tf.keras.callbacks.BackupAndRestore, "on_train_begin", "restore-begin", "restore-done")
+        from tfdist.runtime.snapshots.session import SnapshotSession
+
+        # the snapshot callback's start: the replicas agree on a step (a collective) and load it; then the writer
+        # is claimed and the copy function traced
+        _wrap(SnapshotSession, "resume", "snapshot-resume-begin", "snapshot-resume-done")
+        _wrap(SnapshotSession, "start_writing", "snapshot-writer-begin", "snapshot-writer-done")
         return result
 
     runtime.strategy = strategy
