@@ -84,6 +84,7 @@ def test_constructor_repr_equality_and_hash_match_the_dataclass(args: tuple[Any,
         return
     a, b = mine[1], reference[1]
     assert repr(a) == repr(b)
+    assert list(vars(a).items()) == list(vars(b).items())  # the same attributes, in the same order
     assert dataclasses.asdict(a) == dataclasses.asdict(b)
     assert a == ours(*args, **kwargs) and not a != ours(*args, **kwargs)
     assert hash(a) == hash(ours(*args, **kwargs)) == hash(b)
