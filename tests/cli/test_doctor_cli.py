@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,20 @@ def test_doctor_imports_neither_tensorflow_nor_rich_for_json() -> None:
     driver_via_nvml = (facts.get("facts", {}).get("driver") or {}).get("source") == "nvml"
     expected = "HEAVY ['pynvml']" if driver_via_nvml else "HEAVY []"
     assert expected in done.stderr, done.stderr[-2000:]
+
+
+def test_doctor_json_start_imports_only_the_doctor(tmp_path: Path) -> None:
+    """The start-up the speed goal measures (bench/doctor.py): no other command's room, no launch protocol records,
+    and no TOML parser where the working folder's pyproject.toml cannot hold [tool.tfdist]."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "uses-tfdist"\ndependencies = ["tfdist"]\n')
+    code = (
+        "import sys\nfrom tfdist.cli.main import main\nrc = main(['doctor', '--json'])\n"
+        "rooms = ('tfdist.launch', 'tfdist.mirror', 'tfdist.deploy', 'tfdist.runtime', 'tfdist.cluster', "
+        "'tfdist.observability', 'tfdist.protocol.records', 'tfdist.protocol.plan', 'tomllib', 'tomlkit')\n"
+        "extra = sorted(m for m in sys.modules if m.startswith(rooms) or (m.startswith('tfdist.cli.') and m not in "
+        "('tfdist.cli.main', 'tfdist.cli.settings', 'tfdist.cli.common', 'tfdist.cli.doctor')))\n"
+        "print('EXTRA', extra, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert json.loads(done.stdout)["schema"] == "tfdist.doctor"
+    assert "EXTRA []" in done.stderr, done.stderr[-2000:]
