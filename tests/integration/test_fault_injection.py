@@ -62,9 +62,11 @@ def test_fault_free_runs_train(baseline_accuracy, ps_baseline_accuracy):
     assert ps_baseline_accuracy >= 0.85
 
 
-def assert_completed(job: Job, leader: str, baseline: float) -> None:
+def assert_completed(job: Job, leader: str, baseline: float, reruns: int = 0) -> None:
+    """``reruns``: under ParameterServerStrategy the ClusterCoordinator re-runs a step that was on a worker when it
+    died (TensorFlow: "a function may be executed more than once"): each worker killed may add one step."""
     assert job.proc is not None and job.proc.returncode == 0, job.err[-4000:]
-    assert task_values(job.out, "train_steps")[leader] == str(TOTAL_STEPS)
+    assert TOTAL_STEPS <= int(task_values(job.out, "train_steps")[leader]) <= TOTAL_STEPS + reruns
     accuracy = float(task_values(job.out, "final_accuracy")[leader])
     assert abs(accuracy - baseline) <= TOLERANCE, (accuracy, baseline)
     assert survivors(job.job_pids()) == []
@@ -123,7 +125,7 @@ def test_parameter_server_killed_then_ps_worker_killed(tmp_path, ps_baseline_acc
     assert job.finish() == 0, job.err[-4000:]
     assert "ps:0 (pid" in job.err and job.err.count("restarting the group") == 1
     assert job.err.count("restarting worker:1 alone, in place") == 1, "the worker is restarted alone"
-    assert_completed(job, "chief:0", ps_baseline_accuracy)
+    assert_completed(job, "chief:0", ps_baseline_accuracy, reruns=1)
 
 
 def test_ps_job_worker_killed_is_restarted_alone_then_chief_killed_restarts_the_job(tmp_path, ps_baseline_accuracy):
@@ -141,7 +143,7 @@ def test_ps_job_worker_killed_is_restarted_alone_then_chief_killed_restarts_the_
     assert f"worker:1 restarted in place: pid {restarted} 127.0.0.1:" in job.err
     assert "chief:0 (pid" in job.err and job.err.count("restarting the group (1/2)") == 1
     assert int(task_values(job.out, "resumed_from_step")["chief:0"]) >= 40
-    assert_completed(job, "chief:0", ps_baseline_accuracy)
+    assert_completed(job, "chief:0", ps_baseline_accuracy, reruns=1)
 
 
 def test_stolen_port_then_exception_in_a_worker(tmp_path, baseline_accuracy, monkeypatch, capfd):
