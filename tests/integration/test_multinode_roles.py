@@ -144,6 +144,22 @@ def test_a_killed_worker_is_restarted_alone_on_its_machine_and_the_round_goes_on
     assert machines.existing() == []
 
 
+def test_a_killed_chief_restarts_the_job_from_its_checkpoint(tmp_path):
+    with Machines(3) as machines:
+        agents = _start(machines, tmp_path, "--max-restarts", "2")
+        _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1 (saved every 5 steps)
+        os.kill(_pid_of(machines, 1, "chief"), signal.SIGKILL)
+        codes = [a.wait(timeout=600) for a in agents]
+        text = all_output(agents)
+        assert codes == [0, 0, 0], text[-5000:]
+        _check_completed(text)
+        assert "tasks failed on" in text and "chief:0" in text  # the chief's death ended round 0
+        assert "round 1: started" in agents[0].err and ROLES in agents[0].err
+        assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
+        assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
+    assert machines.existing() == []
+
+
 @pytest.mark.skipif(why_no_sshd() is not None, reason=str(why_no_sshd()))
 def test_a_host_file_places_the_roles_and_pins_the_parameter_server(tmp_path):
     with Machines(3, ssh=True) as machines:
