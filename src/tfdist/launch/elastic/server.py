@@ -114,6 +114,7 @@ class RendezvousServer:
         while not self.finished.is_set():
             try:
                 sock, peer = self._listener.accept()
+                deadline = time.monotonic() + auth.HANDSHAKE_S  # the whole handshake, from the accept on
             except OSError as bad:
                 if self.finished.is_set() or self._listener.fileno() < 0:
                     return
@@ -122,12 +123,12 @@ class RendezvousServer:
                 time.sleep(ACCEPT_BACKOFF_S)  # never busy-loop on a persistent error
                 continue
             try:
-                self._admit(sock, str(peer[0]))
+                self._admit(sock, str(peer[0]), deadline)
             except Exception as bad:  # noqa: BLE001 - the listener outlives any one connection
                 self._say(f"dropped a connection from {format_address(str(peer[0]), peer[1])}: {bad}")
                 sock.close()
 
-    def _admit(self, sock: socket.socket, source: str) -> None:
+    def _admit(self, sock: socket.socket, source: str, deadline: float) -> None:
         given_way = None
         with self._lock:
             if self._pending.get(source, 0) >= PENDING_PER_SOURCE:
@@ -143,7 +144,20 @@ class RendezvousServer:
                 given_way.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        threading.Thread(target=self._serve, args=(sock, conn), daemon=True, name="rdzv-conn").start()
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # The hello is usually here already: challenged here, the thread's start overlaps the challenge's trip.
+            challenged = auth.challenge_now(sock, self._secret)  # never waits (the caps above are what bounds it)
+        except (auth.AuthError, OSError):  # not an agent, or gone: closed without a word, as the thread would
+            self._release(conn)
+            sock.close()
+            return
+        try:
+            threading.Thread(target=self._serve, args=(sock, conn, challenged, deadline), daemon=True,
+                             name="rdzv-conn").start()
+        except Exception:
+            self._release(conn)  # closed by the caller; its slot is free again
+            raise
 
     def _forget(self, conn: int) -> socket.socket | None:
         """Stop counting ``conn`` as waiting (state lock held); its socket, or None when it was not counted."""
@@ -163,15 +177,14 @@ class RendezvousServer:
         with self._lock:
             return self._forget(conn) is not None
 
-    def _serve(self, sock: socket.socket, conn: int) -> None:
+    def _serve(self, sock: socket.socket, conn: int, challenged: tuple[bytes, bytes] | None,
+               deadline: float) -> None:
         node_id = next(self._ids)
         channel: P.Channel | None = None
         reason = "its agent closed the connection"
         try:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                deadline = time.monotonic() + auth.HANDSHAKE_S
-                session = auth.server_handshake(sock, self._secret, auth.HANDSHAKE_S)
+                session = auth.server_handshake(sock, self._secret, challenged=challenged, deadline=deadline)
                 if not self._release(conn):  # proved the secret, but gave way to a newer connection meanwhile
                     raise auth.AuthError("gave way to a newer connection")
                 # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
