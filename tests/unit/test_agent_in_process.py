@@ -19,7 +19,7 @@ from tests.unit.rdzv_peer import SECRET, VERSIONS, keeping_alive, live_server, m
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic.agent import Agent, AgentSpec
 from tfdist.launch.local.ports import free_ports
-from tfdist.launch.outcome import Outcome
+from tfdist.launch.outcome import Outcome, RunState
 from tfdist.protocol import Command
 from tfdist.status import ExitStatus
 
@@ -367,13 +367,17 @@ def test_a_failure_here_sends_this_machines_evidence_and_the_other_machine_is_as
 def test_the_agents_lines_and_its_rendezvous_lines_go_to_the_say_it_was_given(tmp_path, capfd):
     """The agent never prints (issue 19): the CLI hands it the terminal's say; here a list takes every line."""
     lines: list[str] = []
-    host = Machine(tmp_path, free_ports(1)[0], name="host", serve=True, say=lines.append).start()
+    host = Machine(tmp_path, free_ports(1)[0], name="host", serve=True, say=lines.append)
+    assert host.agent.state is RunState.STARTING  # the live view's header, typed as the supervisor's
+    host.start()
     with machines(host):
         group = host.round_group()
+        wait_until(lambda: host.agent.state is RunState.RUNNING, what="the agent's state: running")
         group.is_training = True
         wait_until(lambda: group.reported_training, what="the training report")
         group.ended = (Outcome.SUCCEEDED, "the workers here exited 0")
         assert host.wait() == 0
+    assert host.agent.state == "succeeded"  # once over: how it ended (its cause)
     assert any(line.startswith("tfdist[rdzv]: ") for line in lines), lines  # the rendezvous it serves
     assert any(line.startswith("tfdist[agent]: serving the rendezvous for job job") for line in lines), lines
     assert any(line.startswith("tfdist[node0]: round 0: started workers") for line in lines), lines

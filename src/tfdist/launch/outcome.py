@@ -42,6 +42,7 @@ class RunState(str, Enum):
     RUNNING = "running"
     STOPPING = "stopping"  # the attempt ended or a stop was asked for: the tasks are being stopped
     RESTARTING = "restarting"  # between attempts (the back-off)
+    FINISHING = "finishing"  # across machines: the job is over, this machine's tasks may still end on their own
 
 
 def describe_exit(code: int | None) -> str:

@@ -36,7 +36,7 @@ from tfdist.launch.elastic.server import RendezvousServer
 from tfdist.launch.elastic.backup_copy import BackupStore
 from tfdist.launch.elastic.snapshot_copy import SnapshotCopy
 from tfdist.launch.options import DEFAULTS
-from tfdist.launch.outcome import Outcome
+from tfdist.launch.outcome import Outcome, RunState
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
 from tfdist.launch.console.task_output import to_terminal
@@ -112,7 +112,7 @@ class Agent:
         # One run per machine: its record, folder and live view follow the single-machine launcher's layout.
         self.run_id = f"{spec.job[:48]}-{uuid.uuid4().hex[:8]}"
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
-        self.state = "starting"
+        self.state: RunState | str = RunState.STARTING  # the live view's header; once over, how it ended
         self.result: machine_run.AgentResult | None = None
         self.before_log_cleanup: Callable[[], object] | None = None  # the live view's last look before a temporary folder goes
         self.metrics: LauncherMetrics | None = None  # with --launcher-metrics-port
@@ -313,7 +313,7 @@ class Agent:
             snapshot_dir=self.snapshots.path if self.snapshots else None,
             options=self.spec.tasks, say=self.say)
         self.group.start()
-        self.state = "running"
+        self.state = RunState.RUNNING
         if self.metrics is not None and self.round > 0:
             self.metrics.restart()
         self._task_states("running")
@@ -378,7 +378,7 @@ class Agent:
             # The job is over before this machine's workers are: after a success they are past training, printing
             # their last lines and exiting, so they get the grace period to end on their own (killing them here
             # lost those lines); after a failure nothing they do matters any more.
-            self.state = "finishing"
+            self.state = RunState.FINISHING
             if status == 0:
                 self.group.finish(self.spec.grace_period)
             else:
