@@ -134,8 +134,9 @@ def test_a_worker_that_used_its_own_restarts_fails_the_attempt(tmp_path):
     assert "restarting worker:1 alone, in place (1/1)" in result.stderr
     assert "worker:1 used its 1 restart(s): stopping the group" in result.stderr
     assert "restarting the group (1/1)" in result.stderr, "then the group's own budget decides"
-    # Started: once, once alone, once in the group's second attempt (its own budget spent: the attempt fails).
-    assert len(_starts(out, "worker-1")) == 3 and len(_starts(out, "chief-0")) == 2
+    # Started: once, once alone, once in the group's second attempt (its own budget spent: the attempt fails). The
+    # chief's count is not asserted: under load the second attempt may end before the chief got that far.
+    assert len(_starts(out, "worker-1")) == 3
 
 
 def test_hang_is_detected_and_reported(tmp_path):
