@@ -90,16 +90,17 @@ def test_the_parameter_server_example_runs_on_three_machines(tmp_path):
     assert machines.existing() == []
 
 
-def test_a_killed_parameter_server_restarts_the_job_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize(("machine", "role"), [(2, "ps"), (1, "chief")], ids=["parameter-server", "chief"])
+def test_a_killed_parameter_server_or_chief_restarts_the_job_from_its_checkpoint(tmp_path, machine, role):
     with Machines(3) as machines:
         agents = _start(machines, tmp_path, "--max-restarts", "2")
         _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1 (saved every 5 steps)
-        os.kill(_pid_of(machines, 2, "ps"), signal.SIGKILL)
+        os.kill(_pid_of(machines, machine, role), signal.SIGKILL)
         codes = [a.wait(timeout=600) for a in agents]
         text = all_output(agents)
         assert codes == [0, 0, 0], text[-5000:]
         _check_completed(text)
-        assert "tasks failed on" in text and "ps:0" in text  # the lost parameter server ended round 0
+        assert "tasks failed on" in text and f"{role}:0" in text  # the lost task ended round 0
         assert "round 1: started" in agents[0].err and ROLES in agents[0].err
         assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
         assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
@@ -140,22 +141,6 @@ def test_a_killed_worker_is_restarted_alone_on_its_machine_and_the_round_goes_on
         assert f"worker:1 restarted in place: pid {restarted} {machines.address(3)}:" in agents[2].err
         assert "round 1" not in text and "restarting worker:1" not in agents[0].err + agents[1].err
         assert "resumed_from_step" not in text, "the job never restarted from its checkpoint"
-        assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
-    assert machines.existing() == []
-
-
-def test_a_killed_chief_restarts_the_job_from_its_checkpoint(tmp_path):
-    with Machines(3) as machines:
-        agents = _start(machines, tmp_path, "--max-restarts", "2")
-        _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1 (saved every 5 steps)
-        os.kill(_pid_of(machines, 1, "chief"), signal.SIGKILL)
-        codes = [a.wait(timeout=600) for a in agents]
-        text = all_output(agents)
-        assert codes == [0, 0, 0], text[-5000:]
-        _check_completed(text)
-        assert "tasks failed on" in text and "chief:0" in text  # the chief's death ended round 0
-        assert "round 1: started" in agents[0].err and ROLES in agents[0].err
-        assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
         assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
     assert machines.existing() == []
 

@@ -49,7 +49,6 @@ def test_a_failure_on_this_machine_carries_the_flight_recorders_verdict(tmp_path
     Real processes: the stand-in task, on loopback addresses."""
     import os
     import sys
-    import time
     from pathlib import Path
 
     fake = str(Path(__file__).resolve().parents[1] / "bin" / "fake_task.py")
@@ -58,19 +57,27 @@ def test_a_failure_on_this_machine_carries_the_flight_recorders_verdict(tmp_path
                       workers=("127.0.0.1:1", "127.0.0.1:2"), first_index=0, slots=2, node_rank=0, round_=0,
                       job="j", log_dir=str(tmp_path / "logs"), env={}, legacy_keras=False, max_restarts=0,
                       timeouts=Timeouts(), base_env=dict(os.environ))
+    outcome = _first_outcome(group)
+    assert outcome is not None and outcome[0] == "failed", outcome
+    assert "exit code 3; flight recorder: worker:1 stopped first: exit code 3" in outcome[1], outcome
+    report = tmp_path / "logs" / "hang-attempt-0.txt"
+    assert f"(report: {report})" in outcome[1] and report.read_text().startswith("tfdist flight recorder")
+
+
+def _first_outcome(group: NodeGroup, timeout: float = 60):
+    """Start ``group``, poll until it reports an outcome (or ``timeout``), stop it, and return that outcome."""
+    import time
+
     group.start()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         outcome = None
         while outcome is None and time.monotonic() < deadline:
             outcome = group.outcome()
             time.sleep(0.05)
     finally:
         group.stop(graceful=False)
-    assert outcome is not None and outcome[0] == "failed", outcome
-    assert "exit code 3; flight recorder: worker:1 stopped first: exit code 3" in outcome[1], outcome
-    report = tmp_path / "logs" / "hang-attempt-0.txt"
-    assert f"(report: {report})" in outcome[1] and report.read_text().startswith("tfdist flight recorder")
+    return outcome
 
 
 def _ps_worker_group(tmp_path, max_restarts: int) -> NodeGroup:
@@ -121,17 +128,7 @@ def test_a_failed_parameter_server_job_worker_is_restarted_alone_and_the_round_g
 
 
 def test_a_worker_without_restarts_left_fails_the_round(tmp_path):
-    import time
-
     group = _ps_worker_group(tmp_path, max_restarts=0)
-    group.start()
-    try:
-        deadline = time.monotonic() + 60
-        outcome = None
-        while outcome is None and time.monotonic() < deadline:
-            outcome = group.outcome()
-            time.sleep(0.05)
-    finally:
-        group.stop(graceful=False)
+    outcome = _first_outcome(group)
     assert outcome is not None and outcome[0] == "failed" and "exit code 5" in outcome[1], outcome
     assert len(_starts(tmp_path)) == 1

@@ -3,9 +3,11 @@ start then overlaps the challenge's trip to the agent. It never waits: a hello n
 and a challenge that does not fit the send buffer at once closes that connection. Real sockets on loopback."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 from tests.unit.rdzv_peer import SECRET, live_server, wait_until
 from tfdist.launch.elastic import auth
@@ -15,15 +17,17 @@ from tfdist.launch.elastic.membership import RendezvousSettings
 from tfdist.launch.elastic.server import RendezvousServer
 
 
-def _pair() -> tuple[socket.socket, socket.socket]:
-    """(client, accepted server end) over loopback TCP, both small-buffered."""
+@contextlib.contextmanager
+def _pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(client, accepted server end) over loopback TCP, both small-buffered; both closed on the way out."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.socket()
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # the kernel's minimum: a tiny window
         client.connect(listener.getsockname())
         accepted, _ = listener.accept()
     accepted.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1024)
-    return client, accepted
+    with client, accepted:
+        yield client, accepted
 
 
 def _fill_send_buffer(sock: socket.socket) -> None:
@@ -82,41 +86,29 @@ def _call_in_thread(function) -> dict:
 
 
 def test_a_challenge_that_does_not_fit_the_send_buffer_fails_at_once_instead_of_waiting():
-    client, accepted = _pair()
-    try:
+    with _pair() as (client, accepted):
         _fill_send_buffer(accepted)  # a peer with a zero receive window and our buffer full
         client.sendall(_hello())
         outcome = _call_in_thread(lambda: auth.challenge_now(accepted, SECRET))
         assert "error" in outcome and "value" not in outcome
-    finally:
-        client.close()
-        accepted.close()
 
 
 def test_a_challenge_sent_only_in_part_closes_the_connection_and_the_send_never_waits():
-    client, accepted = _pair()
-    try:
+    with _pair() as (client, accepted):
         client.sendall(_hello())
         short = _Short(accepted, takes=10)
         assert "error" in _call_in_thread(lambda: auth.challenge_now(short, SECRET))  # type: ignore[arg-type]
         assert short.timeouts == [0.0]  # non-blocking
         assert accepted.gettimeout() is None  # blocking again for the connection thread
-    finally:
-        client.close()
-        accepted.close()
 
 
 def test_a_hello_not_yet_there_is_left_to_the_connection_thread_unread():
-    client, accepted = _pair()
-    try:
+    with _pair() as (client, accepted):
         client.sendall(_hello()[:10])  # part of it
         assert _call_in_thread(lambda: auth.challenge_now(accepted, SECRET)) == {"value": None}
         client.sendall(_hello()[10:])
         accepted.settimeout(5)
         assert accepted.recv(auth.HELLO, socket.MSG_WAITALL) == _hello()  # nothing was consumed
-    finally:
-        client.close()
-        accepted.close()
 
 
 def test_a_hello_already_there_is_answered_by_the_accept_loop_and_the_member_joins(monkeypatch):
