@@ -29,6 +29,16 @@ class RestartDecision:
     message: str = ""
 
 
+def _recent(history: list[float], now: float, window: float) -> list[float]:
+    """The restarts of ``history`` that count against the budget at ``now`` (all of them when ``window`` is 0)."""
+    return [t for t in history if window <= 0 or now - t < window]
+
+
+def _backoff(base: float, cap: float, doublings: int) -> float:
+    """The wait before a restart: ``base`` doubled ``doublings`` times, at most ``cap``; none when ``base`` is 0."""
+    return 0.0 if base <= 0 else min(cap, base * 2 ** doublings)
+
+
 @dataclass
 class RestartPolicy:
     max_restarts: int = 0
@@ -61,14 +71,14 @@ class RestartPolicy:
             self.port_retries += 1
             return RestartDecision(True, message="a task lost its port to another program: retrying with fresh "
                                                  f"ports ({self.port_retries}/{self.max_port_retries})")
-        recent = [t for t in self.restarts if self.window <= 0 or now - t < self.window]
+        recent = _recent(self.restarts, now, self.window)
         if len(recent) >= self.max_restarts:
             return RestartDecision(False)
         if repeated is not None and cause is Cause.TASK_FAILED:
             return RestartDecision(False, message=f"the same {repeated} in two attempts in a row: a deterministic "
                                                   "failure, not restarting")
         self.restarts.append(now)
-        delay = 0.0 if self.backoff <= 0 else min(self.backoff_max, self.backoff * 2 ** (len(self.restarts) - 1))
+        delay = _backoff(self.backoff, self.backoff_max, len(self.restarts) - 1)
         why = "the failure looked transient; " if transient else ""
         return RestartDecision(True, delay=delay, counted=True,
                                message=f"{why}restarting the group ({len(recent) + 1}/{self.max_restarts})"
@@ -99,12 +109,12 @@ class TaskRestartPolicy:
             return RestartDecision(True, message=f"restarting {task} alone, in place (preempted: not counted as a "
                                                  "failure); the other tasks keep running")
         history = self.restarts.setdefault(task, [])
-        recent = [t for t in history if self.window <= 0 or now - t < self.window]
+        recent = _recent(history, now, self.window)
         if len(recent) >= self.max_restarts:
             return RestartDecision(False, message=f"{task} used its {self.max_restarts} restart(s)"
                                                   + (f" within {self.window:g}s" if self.window > 0 else ""))
         history.append(now)
-        delay = 0.0 if self.backoff <= 0 else min(self.backoff_max, self.backoff * 2 ** (len(recent)))
+        delay = _backoff(self.backoff, self.backoff_max, len(recent))
         return RestartDecision(True, delay=delay, counted=True,
                                message=f"restarting {task} alone, in place ({len(recent) + 1}/{self.max_restarts})"
                                        + (f" in {delay:.1f}s" if delay else "") + "; the other tasks keep running")
