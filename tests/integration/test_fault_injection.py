@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 
+import psutil
 import pytest
 
 import tfdist.launch.local.supervisor as supervisor_module
@@ -143,6 +144,26 @@ def test_ps_job_worker_killed_is_restarted_alone_then_chief_killed_restarts_the_
     assert f"worker:1 restarted in place: pid {restarted} 127.0.0.1:" in job.err
     assert "chief:0 (pid" in job.err and job.err.count("restarting the group (1/2)") == 1
     assert int(task_values(job.out, "resumed_from_step")["chief:0"]) >= 40
+    assert_completed(job, "chief:0", ps_baseline_accuracy, reruns=1)
+
+
+def test_ps_job_a_silent_worker_is_dropped_by_the_chief_which_trains_on(tmp_path, ps_baseline_accuracy):
+    # A SIGSTOPped worker answers nothing and resets nothing (as a machine cut off the network): without gRPC
+    # keep-alive (grpc_keepalive.py) the chief's call to it never returns and training stops until --hang-timeout.
+    job = Job(tmp_path, ["-n", "2", "--ps", "1", "--chief", "--max-restarts", "2", "--hang-timeout", "900"]).start()
+    job.wait_for_step(0, "chief:0", 40)                          # per-epoch heartbeat: after epoch 1
+    others = {task: job.process(task).pid for task in ("chief:0", "ps:0", "worker:0")}
+    victim = job.process("worker:1")
+    victim.send_signal(signal.SIGSTOP)                           # silent, not dead: no exit for the launcher to see
+    try:
+        job.wait_for_step(0, "chief:0", 80, timeout=300)         # epoch 2 trained without it, in the same attempt
+        assert victim.status() == psutil.STATUS_STOPPED, "worker:1 was still stopped while the chief trained on"
+        assert {task: job.process(task).pid for task in others} == others
+        assert job.finish() == 0, job.err[-4000:]
+    finally:
+        if job.proc is not None and job.proc.poll() is None:
+            victim.kill()
+    assert "restarting the group" not in job.err and "restarting worker:1" not in job.err, job.err[-4000:]
     assert_completed(job, "chief:0", ps_baseline_accuracy, reruns=1)
 
 

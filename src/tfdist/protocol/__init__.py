@@ -22,8 +22,8 @@ _EXPORTS = {
     "records": ("MODULES_SUFFIX", "PREEMPTED_EXIT_CODE", "PROTOCOL_VERSION", "ErrorRecord", "HeartbeatRecord",
                 "TaskState", "loaded_library_modules", "read_error", "read_heartbeat", "read_modules", "write_error",
                 "write_heartbeat", "write_modules"),
-    "variables": ("BOOTSTRAP", "CUDA_VISIBLE_DEVICES", "DEBUG", "ERROR_FILE", "FLAG_TWIN_PATTERN", "HEARTBEAT_FILE",
-                  "HEARTBEAT_INTERVAL", "JOB_NAME", "LEGACY_KERAS", "MAX_RESTARTS", "METRICS_HOST", "METRICS_PORT",
+    "variables": ("BOOTSTRAP", "CUDA_VISIBLE_DEVICES", "DEBUG", "ERROR_FILE", "FLAG_TWIN_PATTERN",
+                  "GRPC_DEFAULT_OPTIONS", "HEARTBEAT_FILE", "HEARTBEAT_INTERVAL", "JOB_NAME", "LEGACY_KERAS", "MAX_RESTARTS", "METRICS_HOST", "METRICS_PORT",
                   "MODEL_DIR", "PROTECTED", "PROTOCOL", "REGISTRY", "RESTART_COUNT", "RUN_ID", "TABLE_BEGIN",
                   "TABLE_END", "TASK_INDEX", "TASK_TYPE", "TF_CONFIG", "VARIABLES", "WARM_PRELOAD", "WARM_START",
                   "EnvVar", "SetBy", "render_env_table", "refuse_protected"),
@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
         loaded_library_modules, read_error, read_heartbeat, read_modules, write_error, write_heartbeat, write_modules,
     )
     from tfdist.protocol.variables import (  # noqa: F401
-        BOOTSTRAP, CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, FLAG_TWIN_PATTERN, HEARTBEAT_FILE, HEARTBEAT_INTERVAL,
+        BOOTSTRAP, CUDA_VISIBLE_DEVICES, DEBUG, ERROR_FILE, FLAG_TWIN_PATTERN, GRPC_DEFAULT_OPTIONS, HEARTBEAT_FILE,
+        HEARTBEAT_INTERVAL,
         JOB_NAME, LEGACY_KERAS, MAX_RESTARTS, METRICS_HOST, METRICS_PORT, MODEL_DIR, PROTECTED, PROTOCOL, REGISTRY,
         RESTART_COUNT, RUN_ID, TABLE_BEGIN, TABLE_END, TASK_INDEX, TASK_TYPE, TF_CONFIG, VARIABLES, WARM_PRELOAD,
         WARM_START, EnvVar, SetBy, render_env_table, refuse_protected,

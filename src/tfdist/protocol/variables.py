@@ -58,6 +58,7 @@ MODEL_DIR = "TFDIST_MODEL_DIR"
 SNAPSHOT_DIR = "TFDIST_SNAPSHOT_DIR"
 SNAPSHOTS = "TFDIST_SNAPSHOTS"
 SNAPSHOT_EVERY = "TFDIST_SNAPSHOT_EVERY"
+GRPC_DEFAULT_OPTIONS = "TF_GRPC_DEFAULT_OPTIONS"
 
 REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(TF_CONFIG, SetBy.LAUNCHER, "the cluster and this task's role, as JSON (TensorFlow reads it)"),
@@ -85,6 +86,8 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TF_NUM_INTRAOP_THREADS", SetBy.LAUNCHER_DEFAULT,
            "TensorFlow's intra-op thread pool, capped to this task's share of the CPU cores"),
     EnvVar("OMP_NUM_THREADS", SetBy.LAUNCHER_DEFAULT, "OpenMP threads, capped to this task's share of the CPU cores"),
+    EnvVar(GRPC_DEFAULT_OPTIONS, SetBy.LAUNCHER_DEFAULT, "with --ps: gRPC keep-alive for TensorFlow's channels, so "
+           "the chief sees a silent worker (stopped, machine cut off) as failed and trains on without it"),
     EnvVar(MODEL_DIR, SetBy.DEPLOY, "checkpoints and TensorBoard logs, on storage every node sees"),
     EnvVar("TFDIST_SLURM_PORT_BASE", SetBy.DEPLOY, "first port of this Slurm job's tasks on each node"),
     EnvVar("TFDIST_SLURM_CHIEF", SetBy.DEPLOY, "1: Slurm rank 0 is the chief"),

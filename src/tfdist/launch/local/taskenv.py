@@ -11,6 +11,7 @@ from tfdist.errors import UsageError
 from tfdist import protocol as C
 from tfdist.protocol import TaskPlan, bootstrap_environment, refuse_protected
 from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.local.grpc_keepalive import keepalive_env
 from tfdist.launch.local.layout import ClusterLayout, TaskId, tf_config_for
 
 __all__ = ["TaskPlan", "assign_gpus", "count_tasks", "layout_for", "parse_env_pairs", "plan_tasks", "visible_gpus"]
@@ -85,6 +86,7 @@ def shared_env(spec: LaunchSpec, legacy_keras: bool | None, environ: Mapping[str
     if spec.nccl_debug:
         env["NCCL_DEBUG"] = "INFO"
     env.update({k: v for k, v in thread_caps(spec).items() if k not in environ})
+    env.update(keepalive_env(spec.ps, environ))
     user = dict(spec.env)
     refuse_protected(user)
     env.update(user)
