@@ -154,32 +154,9 @@ def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHA
     return session
 
 
-def challenge_now(sock: socket.socket, secret: bytes) -> tuple[bytes, bytes] | None:
-    """For the accept loop: answer the agent's hello with the server's challenge without ever waiting.
-
-    An agent sends its hello right after connecting, so it has often arrived by the time the connection is
-    accepted; answering it here lets the connection thread's start overlap the challenge's trip to the agent.
-    Returns ``(agent nonce, server nonce)`` once the challenge is sent, or None when the hello has not fully
-    arrived (nothing read: the connection thread does the whole handshake). Raises AuthError (wrong magic, or the
-    challenge did not fit the send buffer at once) or OSError: the caller closes the connection without a word.
-    """
-    sock.setblocking(False)
-    try:
-        try:
-            if len(sock.recv(HELLO, socket.MSG_PEEK)) < HELLO:
-                return None
-        except BlockingIOError:
-            return None
-        challenge = _challenge(secret, sock.recv(HELLO))  # all of it is there: peeked
-        if sock.send(challenge[0]) != len(challenge[0]):  # a fresh socket's buffer is empty: never in practice
-            raise AuthError("the challenge did not fit the send buffer")
-        return challenge[1:]
-    finally:
-        sock.setblocking(True)
-
-
-def _challenge(secret: bytes, hello: bytes) -> tuple[bytes, bytes, bytes]:
-    """The bytes that answer ``hello`` (the server's nonce and proof), the agent's nonce and the server's."""
+def answer_hello(secret: bytes, hello: bytes) -> tuple[bytes, bytes, bytes]:
+    """The bytes that answer ``hello`` (the server's nonce and proof), the agent's nonce and the server's.
+    Raises AuthError when ``hello`` is not an agent's."""
     if len(hello) != HELLO or not hmac.compare_digest(hello[: len(MAGIC)], MAGIC):
         raise AuthError("not a tfdist agent")
     agent_nonce = hello[len(MAGIC):]
@@ -187,22 +164,26 @@ def _challenge(secret: bytes, hello: bytes) -> tuple[bytes, bytes, bytes]:
     return server_nonce + _proof(secret, b"server", agent_nonce, server_nonce), agent_nonce, server_nonce
 
 
+def agent_proof(secret: bytes, agent_nonce: bytes, server_nonce: bytes) -> bytes:
+    """What the agent must answer to the challenge over these nonces (compare with ``hmac.compare_digest``)."""
+    return _proof(secret, b"agent", agent_nonce, server_nonce)
+
+
 def server_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_S, *,
                      challenged: tuple[bytes, bytes] | None = None, deadline: float | None = None) -> Session:
     """The server's side. Raises AuthError (wrong magic, wrong proof, too slow) or OSError; sends no reason.
 
-    ``challenged``: the nonces when :func:`challenge_now` already answered the hello (the handshake goes on with
-    the agent's proof). ``deadline`` (monotonic): the whole handshake's end, by default ``timeout`` from now.
+    ``challenged``: the nonces when the hello was already answered (the handshake goes on with the agent's proof). ``deadline`` (monotonic): the whole handshake's end, by default ``timeout`` from now.
     """
     deadline = time.monotonic() + timeout if deadline is None else deadline
     if challenged is None:
-        answer, agent_nonce, server_nonce = _challenge(secret, receive_exactly(sock, HELLO, deadline))
+        answer, agent_nonce, server_nonce = answer_hello(secret, receive_exactly(sock, HELLO, deadline))
         _send_before(sock, answer, deadline)
     else:
         agent_nonce, server_nonce = challenged
     # Worked out while the agent's answer travels, not after it: the proof to expect and the keys (used only
     # once that proof checked out).
-    expected = _proof(secret, b"agent", agent_nonce, server_nonce)
+    expected = agent_proof(secret, agent_nonce, server_nonce)
     session = Session(secret, agent_nonce, server_nonce, is_server=True)
     proof = receive_exactly(sock, MAC, deadline)
     if not hmac.compare_digest(proof, expected):

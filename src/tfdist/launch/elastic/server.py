@@ -1,4 +1,5 @@
-"""The rendezvous server: one TCP listener, one thread per authenticated agent, one loop that ticks the policy.
+"""The rendezvous server: one thread that accepts and authenticates (``admission.py``), one thread per member after
+its welcome, one loop that ticks the policy.
 
 Mechanism only: every rule lives in :mod:`tfdist.launch.elastic.membership`. The loop also watches keep-alives: a
 machine that sends nothing for ``node_timeout`` seconds is lost even though its connection looks open (a cut cable
@@ -12,11 +13,12 @@ gives way to the newcomer), so idle strangers, even from many addresses, cannot 
 machine's handshake takes a millisecond, a stranger's slot lasts until 32 newer connections came. A connection
 stops counting once it proved the secret. No message is sent while the state lock is held (sends are queued per
 peer, ``wire.py``); a peer whose messages do not fit the protocol, or that stops reading, loses its own connection.
-Every loop reports what went wrong and goes on; ``accept`` survives running out of file descriptors.
+Every loop reports what went wrong and goes on; ``accept`` survives running out of file descriptors. The
+handshakes, the joins and the welcomes are served by the accept thread, never waiting on a peer: no thread start
+and no hand-off on a join's path (a refusal, which waits for its reader, goes out on a thread of its own).
 """
 from __future__ import annotations
 
-import errno
 import ipaddress
 import itertools
 import socket
@@ -28,6 +30,7 @@ from typing import Callable
 from tfdist.cluster.address import format_address
 from tfdist.validate import printable
 from tfdist.launch.elastic import auth
+from tfdist.launch.elastic.admission import PENDING_PER_SOURCE, PENDING_TOTAL, Admission  # noqa: F401 - the caps
 from tfdist.launch.elastic import messages as M
 from tfdist.launch.elastic import wire as P
 from tfdist.launch.elastic.backup_relay import BackupRelay
@@ -35,9 +38,6 @@ from tfdist.launch.elastic.flight_messages import Evidence
 from tfdist.launch.elastic.hang_collection import JobRecorder, round_members
 from tfdist.launch.elastic.membership import Finish, MembershipPolicy, Node, RendezvousSettings, StartRound, Stop
 
-PENDING_PER_SOURCE = 4
-PENDING_TOTAL = 32
-ACCEPT_BACKOFF_S = 0.1
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -59,13 +59,15 @@ class RendezvousServer:
         self._lock = threading.RLock()
         self._channels: dict[int, P.Channel] = {}
         self._last_seen: dict[int, float] = {}
-        self._pending: dict[str, int] = {}  # unauthenticated connections per source address
-        self._waiting: dict[int, tuple[str, socket.socket]] = {}  # the same connections, oldest first
-        self._conn_ids = itertools.count(1)
         self._ids = itertools.count(1)
         self._listener = listen_socket(host, port)
         self.address = self._listener.getsockname()[:2]
         self.finished = threading.Event()
+        self._closing = threading.Event()  # joins after the job finished are refused ("over") until then
+        self._admission = Admission(lambda: self._listener.accept(), self._listener, secret, admitted=self._admitted,
+                                    say=say, closing=self._closing)
+        self._pending = self._admission.pending  # unauthenticated connections per source address
+        self._waiting = self._admission.waiting  # the same connections, oldest first
         self.result: Finish | None = None
         self.relay = BackupRelay(self._send, say)
         self._threads: list[threading.Thread] = []
@@ -78,7 +80,7 @@ class RendezvousServer:
 
     # -- life cycle ----------------------------------------------------------------------------------------------
     def start(self) -> "RendezvousServer":
-        for target, name in ((self._accept_loop, "rdzv-accept"), (self._tick_loop, "rdzv-tick")):
+        for target, name in ((self._admission.run, "rdzv-accept"), (self._tick_loop, "rdzv-tick")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -99,6 +101,7 @@ class RendezvousServer:
 
     def close(self) -> None:
         self.finished.set()
+        self._closing.set()
         try:
             self._listener.close()
         except OSError:
@@ -110,114 +113,20 @@ class RendezvousServer:
             channel.close()
 
     # -- connections ---------------------------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self.finished.is_set():
-            try:
-                sock, peer = self._listener.accept()
-                deadline = time.monotonic() + auth.HANDSHAKE_S  # the whole handshake, from the accept on
-            except OSError as bad:
-                if self.finished.is_set() or self._listener.fileno() < 0:
-                    return
-                if bad.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._say(f"cannot accept a connection ({bad.strerror}); trying again")
-                time.sleep(ACCEPT_BACKOFF_S)  # never busy-loop on a persistent error
-                continue
-            try:
-                self._admit(sock, str(peer[0]), deadline)
-            except Exception as bad:  # noqa: BLE001 - the listener outlives any one connection
-                self._say(f"dropped a connection from {format_address(str(peer[0]), peer[1])}: {bad}")
-                sock.close()
-
-    def _admit(self, sock: socket.socket, source: str, deadline: float) -> None:
-        given_way = None
-        with self._lock:
-            if self._pending.get(source, 0) >= PENDING_PER_SOURCE:
-                sock.close()  # say nothing: a stranger learns only that the port is busy
-                return
-            if len(self._waiting) >= PENDING_TOTAL:  # the oldest unauthenticated connection gives way
-                given_way = self._forget(next(iter(self._waiting)))
-            conn = next(self._conn_ids)
-            self._waiting[conn] = (source, sock)
-            self._pending[source] = self._pending.get(source, 0) + 1
-        if given_way is not None:
-            try:  # its thread wakes from its read and closes it without a word
-                given_way.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # The hello is usually here already: challenged here, the thread's start overlaps the challenge's trip.
-            challenged = auth.challenge_now(sock, self._secret)  # never waits (the caps above are what bounds it)
-        except (auth.AuthError, OSError):  # not an agent, or gone: closed without a word, as the thread would
-            self._release(conn)
-            sock.close()
-            return
-        try:
-            threading.Thread(target=self._serve, args=(sock, conn, challenged, deadline), daemon=True,
-                             name="rdzv-conn").start()
-        except Exception:
-            self._release(conn)  # closed by the caller; its slot is free again
-            raise
-
-    def _forget(self, conn: int) -> socket.socket | None:
-        """Stop counting ``conn`` as waiting (state lock held); its socket, or None when it was not counted."""
-        entry = self._waiting.pop(conn, None)
-        if entry is None:
-            return None
-        source, sock = entry
-        left = self._pending.get(source, 1) - 1
-        if left > 0:
-            self._pending[source] = left
-        else:
-            self._pending.pop(source, None)
-        return sock
-
-    def _release(self, conn: int) -> bool:
-        """True when ``conn`` was still counted (it had not given way to a newer connection)."""
-        with self._lock:
-            return self._forget(conn) is not None
-
-    def _serve(self, sock: socket.socket, conn: int, challenged: tuple[bytes, bytes] | None,
-               deadline: float) -> None:
+    def _admitted(self, sock: socket.socket, session: auth.Session, payload: bytes) -> None:
+        """On the accept thread (``admission.py``): a connection proved the secret and sent ``payload``, its join.
+        The welcome is written here, without waiting; the member's own thread starts only after it."""
         node_id = next(self._ids)
-        channel: P.Channel | None = None
-        reason = "its agent closed the connection"
+        # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
+        channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
         try:
-            try:
-                session = auth.server_handshake(sock, self._secret, challenged=challenged, deadline=deadline)
-                if not self._release(conn):  # proved the secret, but gave way to a newer connection meanwhile
-                    raise auth.AuthError("gave way to a newer connection")
-                # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
-                channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
-                sock.settimeout(max(0.05, deadline - time.monotonic()) + auth.HANDSHAKE_S)
-                join = channel.receive()
-                sock.settimeout(self.send_timeout)
-            finally:
-                self._release(conn)
-            if not isinstance(join, M.Join):
-                self._refuse(channel, "expected a join message first")
-                return
-            self._serve_member(node_id, channel, join)
-        except auth.AuthError:
-            sock.close()  # without a word: nothing about the job goes to a peer without the secret
-            return
+            join = M.decode(payload)
         except M.VersionError as other:
-            self._refuse(channel, str(other), versions=list(M.SPOKEN))
-            return
+            return self._refuse_later(channel, str(other), versions=list(M.SPOKEN))
         except M.ProtocolError as bad:
-            self._refuse(channel, f"not a message of this protocol: {bad}")
-            return
-        except (OSError, ValueError) as bad:
-            reason = f"bad connection: {bad}"
-        except Exception as bad:  # noqa: BLE001 - one peer's trouble never ends the server
-            reason = f"internal error while serving it: {bad!r}"
-            self._say(f"node {node_id}: {reason}")
-        finally:
-            if channel is None:
-                sock.close()
-        self._drop(node_id, channel, reason)
-
-    def _serve_member(self, node_id: int, channel: P.Channel, join: M.Join) -> None:
+            return self._refuse_later(channel, f"not a message of this protocol: {bad}")
+        if not isinstance(join, M.Join):
+            return self._refuse_later(channel, "expected a join message first")
         # Names are shown on the operator's terminal: escape codes and line breaks arrive as visible escapes.
         node = Node(node_id=node_id, name=printable(join.name or join.address, 200), address=join.address,
                     slots=join.slots, requested_rank=join.node_rank, roles=tuple(join.roles), layout=join.layout,
@@ -229,10 +138,34 @@ class RendezvousServer:
                 self._last_seen[node_id] = time.monotonic()
         if refusal is not None:
             self._say(f"refused {node.label}: {refusal[0]}")
-            self._refuse(channel, refusal[0], refusal[1])
+            return self._refuse_later(channel, refusal[0], refusal[1])
+        sock.setblocking(False)  # this thread never waits on a peer: a ~100-byte welcome fits an empty buffer
+        welcomed = channel.send_now(M.Welcome(node_id=node_id))
+        sock.settimeout(self.send_timeout)
+        if not welcomed:
+            self._drop(node_id, channel, channel.dropped_reason or "the welcome could not be sent")
             return
-        channel.send_now(M.Welcome(node_id=node_id))  # this thread writes it: no hand-off on the join's path
         self._say(f"{node.label} joined ({node.slots} worker(s))")
+        self._admission.park(sock, lambda: channel.closed, lambda gone: self._start_member(node_id, channel, gone))
+
+    def _start_member(self, node_id: int, channel: P.Channel, gone: bool) -> None:
+        """On the accept thread: the member spoke (its thread starts), or its connection is gone (no thread)."""
+        if gone:
+            self._drop(node_id, channel, channel.dropped_reason or "its agent closed the connection")
+            return
+        try:
+            threading.Thread(target=self._serve_member, args=(node_id, channel), daemon=True,
+                             name="rdzv-conn").start()
+        except RuntimeError as bad:  # cannot start a thread: this member is dropped, not the job
+            self._drop(node_id, channel, f"cannot serve it: {bad}")
+
+    def _refuse_later(self, channel: P.Channel, reason: str, status: int = 2,
+                      versions: list[int] | None = None) -> None:
+        """A refusal waits for the refused peer to read it: on a thread of its own, not the accept thread."""
+        threading.Thread(target=self._refuse, args=(channel, reason, status, versions), daemon=True,
+                         name="rdzv-refuse").start()
+
+    def _serve_member(self, node_id: int, channel: P.Channel) -> None:
         reason = "its agent closed the connection"
         writer = False
         try:
@@ -249,6 +182,9 @@ class RendezvousServer:
             self._refuse(channel, f"not a message of this protocol: {bad}", close=False)
         except (OSError, auth.AuthError) as bad:
             reason = "the rendezvous closed its connection" if channel.closed else f"bad connection: {bad}"
+        except Exception as bad:  # noqa: BLE001 - one peer's trouble never ends the server
+            reason = f"internal error while serving it: {bad!r}"
+            self._say(f"node {node_id}: {reason}")
         self._drop(node_id, channel, channel.dropped_reason or reason)
 
     def _refuse(self, channel: P.Channel | None, reason: str, status: int = 2, versions: list[int] | None = None,
