@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -255,3 +256,48 @@ def test_an_abort_for_lack_of_threads_is_reported_as_transient_and_retried(tmp_p
                      r"retried", result.stderr)
     failed = launch("-n", "2", "--max-restarts", "0", FAKE, str(out), "--abort-like-no-threads", "worker:1")
     assert failed.returncode == 3 and "(looked transient)" in failed.stderr
+
+
+def test_a_signal_during_the_poll_is_announced_before_the_grace_wait(tmp_path, monkeypatch):
+    """A signal between the watch loop's announcement and its stop check was announced only after the grace period
+    (600 s here): a test waiting for "a second SIGINT kills them now" before sending it waited forever (CI, stop 27).
+    The signal is delivered inside the group's poll, as the kernel would at that moment; the supervisor runs in a
+    thread, so its handler is called directly."""
+    from tfdist.launch.local.group import TaskGroup
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.launch.spec import LaunchSpec, Timeouts
+
+    spec = LaunchSpec(command=(sys.executable, FAKE, str(tmp_path / "out"), "--sleep", "600", "--ignore-term"),
+                      workers=1, max_restarts=0, log_dir=str(tmp_path / "logs"), warm_spares=False,
+                      timeouts=Timeouts(grace=600))
+    lines: list[str] = []
+    supervisor = Supervisor(spec, contain=False, say=lines.append)
+    real_poll = TaskGroup.poll
+
+    def poll_then_signal(group, *args, **kwargs):
+        snapshot = real_poll(group, *args, **kwargs)
+        if snapshot.step and supervisor.stops.cause is None:  # it has trained: the full grace (600 s) applies
+            supervisor.stops._on_signal(signal.SIGINT, None)  # after the loop's announcement, before its check
+        return snapshot
+
+    monkeypatch.setattr(TaskGroup, "poll", poll_then_signal)
+    result: list = []
+    runner = threading.Thread(target=lambda: result.append(supervisor.run()), daemon=True)
+    runner.start()
+    try:
+        announced = wait_for_line(lines, "a second SIGINT kills them now")
+    finally:
+        supervisor.stops._on_signal(signal.SIGINT, None)  # kill now, whatever happened
+        runner.join(PATIENCE)
+    assert announced, lines
+    assert not runner.is_alive() and result and result[0].stopped_by is not None, lines
+    assert any("killing every task now" in line for line in lines), lines
+
+
+def wait_for_line(lines: list[str], want: str, timeout: float = PATIENCE) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(want in line for line in lines):
+            return True
+        time.sleep(0.05)
+    return False

@@ -191,6 +191,9 @@ class Supervisor:
             self._announce()
             snapshot = self._seen = group.poll(stale_after=t.hang)
             if self.stops.requested:
+                # A signal that came during the poll is announced before the stop's wait, not after it: whoever
+                # stops the job reads here that a second signal kills at once (the grace may be minutes).
+                self._announce()
                 self.state = RunState.STOPPING
                 self._event("stop-requested", attempt=attempt, cause=(self.stops.cause or Cause.PREEMPTED).value)
                 self._stop(group, snapshot)
@@ -220,7 +223,7 @@ class Supervisor:
     def _stop(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
         """A stop request or a new round: the tasks save (the full grace), unless nothing is there to save yet."""
         end_group(group, stopping(self.spec.timeouts, graceful=True), poll=self.spec.timeouts.poll,
-                  kill_now=lambda: self.stops.kill_now,
+                  kill_now=self._kill_now,
                   nothing_to_save=lambda: rules.nothing_to_save(snapshot, self.spec))
 
     def _end(self, group: TaskGroup, attempt: int, verdict: rules.Verdict) -> Attempt:
@@ -247,7 +250,7 @@ class Supervisor:
             self._say(f"{headline}: stopping the group" if verdict.cause is not Cause.START_FAILED else
                       f"start-failed: {headline}")
         end_group(group, ending_for(verdict, t, ps=self.spec.ps), poll=t.poll,
-                  stop_requested=lambda: self.stops.requested, kill_now=lambda: self.stops.kill_now)
+                  stop_requested=self._stop_requested, kill_now=self._kill_now)
         snapshot = group.poll()
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
@@ -358,6 +361,16 @@ class Supervisor:
                 handle.write(line + "\n")
         except OSError:
             pass  # a full disk must not stop the supervision
+
+    def _stop_requested(self) -> bool:
+        self._announce()
+        return self.stops.requested
+
+    def _kill_now(self) -> bool:
+        """Polled wherever an ending waits (for a save, a grace period): a signal that came meanwhile is announced
+        at once, since its handler only sets flags."""
+        self._announce()
+        return self.stops.kill_now
 
     def _announce(self) -> None:
         for message in self.stops.announcements():
