@@ -195,3 +195,44 @@ def test_the_parameter_server_s_machine_lost_then_back_restarts_the_job_from_its
         assert text.count("roles: node0: chief:0 worker:0; node1: ps:0; node2: worker:1") >= 6  # 3 agents x 2 rounds
         assert int(task_values(text, "resumed_from_step")["node0 chief:0"]) >= 5
     assert machines.existing() == []
+
+
+@pytest.mark.skipif(why_no_sshd() is not None, reason=str(why_no_sshd()))
+def test_a_lost_machine_of_only_workers_leaves_the_round_running_and_rejoins_it(tmp_path):
+    # m3 runs only worker:1. Cut off and its processes killed (a machine going down): no connection reset reaches the
+    # chief, which sees the silent worker fail through gRPC keep-alive and trains on; the rendezvous keeps round 0
+    # and m3's seat; the host answers ssh again, its new agent is sent round 0 and starts worker:1 at its old address.
+    with Machines(3, ssh=True) as machines:
+        hostfile = tmp_path / "hosts"
+        hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
+                            f"{machines.address(3)} slots=1\n")
+        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", *FAST, "--node-timeout", "6",
+                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
+                                     "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model"),
+                                     "--step-delay", "0.75"], tmp_path).start()  # the chief sleeps 30 s per epoch
+        _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
+        chief, ps = _pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")
+        old_worker = re.search(r"worker:1 pid \d+ (198\.18\.0\.3:\d+)", driver.err)
+        machines.cut(3)
+        for pid in [p for p in machines.pids(3) if p not in machines.sshd_pids()]:  # the machine goes down
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        driver.wait_for(r"host 198\.18\.0\.3 lost: probing it over ssh again", timeout=120)
+        _wait_for_chief_step(tmp_path, 0, 80, [driver], logs="logs")  # epoch 2 trained while m3 is gone
+        assert machines.pids(3) == [p for p in machines.pids(3) if p in machines.sshd_pids()], "m3 stayed down"
+        assert (_pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")) == (chief, ps), "chief and ps ran on"
+        machines.reconnect(3)
+        driver.wait_for(r"round 0: 198\.18\.0\.3 rejoins it", timeout=200)
+        code = driver.wait(timeout=600)
+        text = driver.out + driver.err
+        assert code == 0, text[-5000:]
+        _check_completed(text, reruns=1)
+        assert "round 1" not in text and "resumed_from_step" not in text, "round 0 ran to the end"
+        assert "lost machines: 198.18.0.3" in text
+        # m3's new agent placed the same round: 3 agents at the start, then the one that came back.
+        assert text.count("roles: node0: chief:0 worker:0; node1: ps:0; node2: worker:1") == 4, text[-5000:]
+        assert old_worker is not None and len(re.findall(rf"worker:1 pid \d+ {re.escape(old_worker.group(1))}",
+                                                         text)) == 2, "worker:1 started again at its old address"
+    assert machines.existing() == []

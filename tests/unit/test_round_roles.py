@@ -146,14 +146,61 @@ def _running_ps_round(evaluator: bool = False):
     return policy
 
 
-@pytest.mark.parametrize("lost", [1, 2, 3])
-def test_a_lost_machine_stops_a_parameter_server_round_even_one_with_only_workers(lost):
-    # The coordinator tolerates a worker whose connection fails, not one that falls silent (a machine cut off): with
-    # TF 2.21 the chief waited at its step for a SIGSTOPped worker until the hang watchdog. So a new round it is.
+@pytest.mark.parametrize("lost", [1, 2])
+def test_a_lost_machine_with_the_chief_or_a_parameter_server_stops_the_round(lost):
     policy = _running_ps_round()
     policy.on_lost(lost, "no keep-alive for 6s", now=2.0)
     stops = policy.tick(2.5)
     assert policy.phase is Phase.STOPPING and len(stops) == 1 and f"lost m{lost}" in stops[0].reason
+
+
+def _back(policy, node_id, *, name="m3", address="198.18.0.3", rank=2, slots=1):
+    """Machine ``name`` joins again (a new agent, so a new node id) and is ready; what the next tick does."""
+    assert policy.on_join(Node(node_id, name, address, slots, rank, layout="chief,ps=1"), "j") is None
+    policy.on_ready(node_id, (7000,), None)
+    return policy.tick(5.0)
+
+
+def test_a_lost_machine_of_only_workers_keeps_the_round_and_its_seat_then_rejoins_it():
+    # The coordinator re-runs a lost worker's steps on the others (a silent one fails through gRPC keep-alive,
+    # grpc_keepalive.py) and takes the worker back when it serves at its address again.
+    policy = _running_ps_round()
+    first = policy._round_start
+    policy.on_lost(3, "no keep-alive for 6s", now=2.0)
+    assert policy.tick(2.5) == [] and policy.phase is Phase.RUNNING and policy.round == 0
+    (again,) = _back(policy, 4)
+    assert isinstance(again, StartRound) and again.rejoin and again.round == 0
+    assert (again.workers, again.nodes) == (first.workers, first.nodes), "the same cluster: the old addresses"
+    assert [(a.node_id, a.node_rank) for a in again.assignments] == [(4, 2)], "its seat alone"
+    assert policy.nodes[4].in_round and policy.phase is Phase.RUNNING
+    assert policy.tick(5.5) == [], "no scale-up stop: the machine is back in the round"
+    policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=6.0)
+    (finish,) = policy.tick(6.0)
+    assert isinstance(finish, Finish) and finish.status == 0 and "succeeded after 0 restart(s)" in finish.report
+    assert "lost machines: m3 (198.18.0.3)" in finish.report and "rejoin at node rank 2" in finish.report
+
+
+def test_only_the_lost_machine_itself_takes_its_seat():
+    # Its workers' addresses are in every task's TF_CONFIG: another machine joins the usual way (a scale-up stop).
+    policy = _running_ps_round()
+    policy.on_lost(3, "no keep-alive for 6s", now=2.0)
+    assert all(not getattr(a, "rejoin", False) for a in _back(policy, 4, name="m9", address="198.18.0.9", rank=None))
+    assert not policy.nodes[4].in_round
+
+
+def test_a_seat_is_not_kept_past_its_round():
+    policy = _running_ps_round()
+    policy.on_lost(3, "no keep-alive for 6s", now=2.0)
+    policy.on_exited(1, 0, Outcome.FAILED, 50, "chief:0 killed by SIGKILL", now=3.0)
+    (stop,) = policy.tick(3.0)
+    assert not stop.graceful and policy.phase is Phase.STOPPING
+    policy.on_ready(1, (1000, 1001), None)
+    policy.on_ready(2, (2000,), None)
+    policy.tick(4.0)
+    assert policy.phase is Phase.WAITING
+    (start,) = _back(policy, 4)
+    assert isinstance(start, StartRound) and not start.rejoin and start.round == 1, "a new round, all 3 machines"
+    assert len(start.assignments) == 3
 
 
 def test_a_parameter_server_job_ends_once_the_chief_s_machine_succeeded():

@@ -245,9 +245,11 @@ class Coordinator:
     def _carry_out(self, action: object) -> bool:
         keys = self.keys
         if isinstance(action, StartRound):
-            self.say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
-            restore = self.relay.plan(self.policy.nodes, action)
-            copies = self.relay.plan_snapshot(self.policy.nodes, action)
+            self.say(f"round {action.round}: " + ("a lost machine rejoins it" if action.rejoin else
+                                                  f"{len(action.nodes)} machine(s), {action.world_size} worker(s)"))
+            rejoin = action.rejoin  # a lost machine back in the running round (membership.py): nothing to restore
+            restore = {} if rejoin else self.relay.plan(self.policy.nodes, action)
+            copies = {} if rejoin else self.relay.plan_snapshot(self.policy.nodes, action)
             puts = []
             for a in action.assignments:
                 lease = self.lease_of.get(a.node_id)
@@ -256,13 +258,16 @@ class Coordinator:
                                               world_size=action.world_size, workers=list(action.workers),
                                               first_index=a.first_index, nodes=[list(n) for n in action.nodes],
                                               restore=restore.get(a.node_id), snapshot=copies.get(a.node_id)))
-            chosen = [a.node_id for a in action.assignments if a.node_id in self.lease_of]
+            ids = ([i for i, n in self.policy.nodes.items() if n.in_round] if rejoin
+                   else [a.node_id for a in action.assignments])
+            chosen = [n for n in ids if n in self.lease_of]
             record = {"round": action.round, "members": [self.lease_of[n] for n in chosen],
                       "labels": [self.policy.nodes[n].label for n in chosen]}
             puts.append((keys.round, seal(self.secret, keys.round, record), None))
             puts.append(self._state_put())
             self._txn(puts)
-            self.relay.request_upload(action.round)
+            if not rejoin:
+                self.relay.request_upload(action.round)
         elif isinstance(action, Stop):
             self.say(f"stopping round {self.policy.round}: {action.reason}")
             self._txn([self._message(self.lease_of[n], "stop", round=self.policy.round, graceful=action.graceful,

@@ -16,10 +16,12 @@ Rules (torchrun's, with Horovod's blacklist):
 - a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after, in arrival order);
   its tasks get global indices in that order, then by local index, so worker 0 (the chief) is on node rank 0;
 - a lost machine or a failed task stops the round; a machine waiting to join stops it gracefully (the tasks save
-  at the current step: the preemption path) once every machine of the round trains. This holds for a lost machine
-  of a ParameterServerStrategy job that ran only workers too: the chief's ClusterCoordinator blocks on a worker that
-  falls silent (measured with TF 2.21: the chief stayed at its step until the hang watchdog), it only re-runs the
-  steps of a worker whose connection fails;
+  at the current step: the preemption path) once every machine of the round trains;
+- except a lost machine of a ParameterServerStrategy round that ran only workers: the round goes on (the chief's
+  ClusterCoordinator re-runs their steps on the other workers; it sees a silent worker fail through the gRPC
+  keep-alive tfdist sets, ``tfdist.launch.local.grpc_keepalive``) and its seat is kept: when a machine with the same
+  name and address is ready again while the round runs, it is sent the running round for that seat alone
+  (``StartRound.rejoin``) and its workers start at their old addresses, where the coordinator takes them back;
 - the job is over once the leader's machine succeeded and every machine of the round reported, or ``after_success``
   later; in a ParameterServerStrategy job only the machines running the chief or the evaluator are waited for (the
   workers and parameter servers serve until stopped: nothing of theirs ends on its own);
@@ -31,6 +33,7 @@ Rules (torchrun's, with Horovod's blacklist):
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tfdist.cluster.address import format_address
@@ -79,6 +82,8 @@ class MembershipPolicy:
         self._round_tasks: dict[int, tuple[str, ...]] = {}  # node rank -> its tasks this round (jobs with roles)
         self._ranks: dict[int, int] = {}  # node id -> its node rank this round, as started
         self._ps_job = False  # the job has parameter servers: its workers and parameter servers serve until stopped
+        self._round_start: StartRound | None = None  # how the running round was started
+        self._vacant: dict[str, int] = {}  # a lost machine that ran only PS workers -> its node rank, kept for it
 
     # -- events --------------------------------------------------------------------------------------------------
     def on_join(self, node: Node, job: str) -> tuple[str, int] | None:
@@ -118,6 +123,14 @@ class MembershipPolicy:
             return
         node.ready, node.ports, node.backup, node.snapshot = True, ports, backup, snapshot
         node.in_round, node.training = False, False
+        seat, start = self._vacant.get(node.label), self._round_start
+        if seat is not None and start and self.phase is Phase.RUNNING and node.requested_rank in (None, seat):
+            del self._vacant[node.label]
+            self._ranks[node_id], node.ready, node.in_round = seat, False, True
+            first = next(a.first_index for a in start.assignments if a.node_rank == seat)
+            _bounded(self.history, f"round {self.round}: {node.label} back: its workers rejoin at node rank {seat}")
+            self._outbox.append(dataclasses.replace(start, assignments=(Assignment(node_id, seat, first),),
+                                                    rejoin=True))
 
     def on_training(self, node_id: int, round_: int) -> None:
         node = self.nodes.get(node_id)
@@ -146,6 +159,10 @@ class MembershipPolicy:
             return  # once the job is over, the agents leaving is no loss
         _bounded(self.lost, node.label)
         _bounded(self.history, f"round {max(self.round, 0)}: lost {node.label}: {reason}")
+        if node.in_round and self.phase is Phase.RUNNING and self._only_workers(node):
+            self._vacant[node.label] = self._ranks[node.node_id]
+            _bounded(self.history, f"round {self.round}: it ran only workers: the round goes on, its seat kept")
+            return
         if node.in_round and self.phase in (Phase.RUNNING, Phase.STOPPING, Phase.FINISHING):
             self._round_lost = True
             if self.phase is Phase.RUNNING:
@@ -251,6 +268,11 @@ class MembershipPolicy:
         tasks = self._round_tasks.get(self._rank(node), ())
         return not self._ps_job or any(t.startswith(("chief:", "evaluator:")) for t in tasks)
 
+    def _only_workers(self, node: Node) -> bool:
+        """Whether ``node`` ran only workers of a ParameterServerStrategy round (as this policy started it)."""
+        tasks = self._round_tasks.get(self._ranks.get(node.node_id, -1), ())
+        return self._ps_job and bool(tasks) and all(t.startswith("worker:") for t in tasks)
+
     def _eligible(self, now: float) -> list[Node]:
         return [n for n in self.nodes.values() if n.ready and self.blacklist.get(n.label, 0.0) <= now]
 
@@ -299,8 +321,10 @@ class MembershipPolicy:
             node.ready, node.in_round, node.training, node.outcome, node.step = False, True, False, None, None
         _bounded(self.history, f"round {self.round}: {len(chosen)} machine(s), {len(workers)} worker(s): "
                             + ", ".join(n.label for n in chosen))
-        return StartRound(self.round, len(workers), tuple(workers), tuple(assignments),
-                          self._round_nodes(chosen))
+        self._vacant = {}
+        self._round_start = StartRound(self.round, len(workers), tuple(workers), tuple(assignments),
+                                       self._round_nodes(chosen))
+        return self._round_start
 
     def _begin_stop(self, now: float, *, graceful: bool, reason: str) -> None:
         self.phase = Phase.STOPPING

@@ -92,6 +92,7 @@ class StartRound:
     workers: tuple[str, ...]
     assignments: tuple[Assignment, ...]
     nodes: tuple[tuple[Any, ...], ...]  # (rank, name, address, slots, roles)
+    rejoin: bool = False  # the running round, sent again to a machine that was lost and came back (its seat only)
 
 
 @dataclass(frozen=True)

@@ -292,13 +292,17 @@ class RendezvousServer:
 
     def _carry_out(self, action: object, channels: dict[int, P.Channel], nodes: dict[int, Node], round_: int) -> None:
         if isinstance(action, StartRound):
-            self.round_started_at[action.round] = time.monotonic()
-            if self.recorder is not None:
-                layout = next((n.layout for n in nodes.values() if n.layout), "")
-                self.recorder.on_round(action.round, round_members(
-                    action, {i: n.label for i, n in nodes.items()}, layout))
-            self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
-            restore, copies = self.relay.plan(nodes, action), self.relay.plan_snapshot(nodes, action)
+            if action.rejoin:  # a lost machine back in the running round: no new round, nothing to restore
+                self._say(f"round {action.round}: {nodes[action.assignments[0].node_id].label} rejoins it")
+            else:
+                self.round_started_at[action.round] = time.monotonic()
+                if self.recorder is not None:
+                    layout = next((n.layout for n in nodes.values() if n.layout), "")
+                    self.recorder.on_round(action.round, round_members(
+                        action, {i: n.label for i, n in nodes.items()}, layout))
+                self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
+            restore, copies = ({}, {}) if action.rejoin else (self.relay.plan(nodes, action),
+                                                               self.relay.plan_snapshot(nodes, action))
             for assignment in action.assignments:
                 channel = channels.get(assignment.node_id)
                 if channel is not None:
@@ -307,7 +311,8 @@ class RendezvousServer:
                                          first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
                                          restore=restore.get(assignment.node_id),
                                          snapshot=copies.get(assignment.node_id)))
-            self.relay.request_upload(action.round)
+            if not action.rejoin:
+                self.relay.request_upload(action.round)
         elif isinstance(action, Stop):
             for node_id in action.node_ids:
                 channel = channels.get(node_id)

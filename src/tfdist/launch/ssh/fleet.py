@@ -101,7 +101,8 @@ class Fleet:
                 proc.wait()
             if code == 0 and name not in self._dropped:
                 self.comebacks.back(name)
-                self.say(f"host {name} answers ssh again: starting its agent (it joins at the next round)")
+                self.say(f"host {name} answers ssh again: starting its agent (it rejoins the running round "
+                         "if its seat was kept, else joins the next)")
                 self._start(next(e for e in self.hosts if e.name == name))
             elif name not in self._dropped:
                 wait = self.comebacks.silent(name, now)
