@@ -187,6 +187,26 @@ class Machines(CleanedUpFixture):
                     pass
             time.sleep(0.05)
 
+    def go_down(self, i: int) -> None:
+        """Machine ``i`` goes down: every process on it but its sshd is SIGKILLed (its orphan watchers too), and the
+        ``/dev/shm/tfdist-*`` folders its processes named go with it, as a real machine's shared memory does (nothing
+        on it is left to remove them, and close() no longer sees who named them)."""
+        held: dict[Path, ShmFolder] = {}
+        for _ in range(50):
+            sshd = set(self.sshd_pids())
+            pids = [pid for pid in self.pids(i) if pid not in sshd]
+            if not pids:
+                break
+            held.update((folder.path, folder) for folder in held_shm_folders(pids))  # before they die with them
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for folder in held.values():
+            folder.remove()
+
     def existing(self) -> list[str]:
         """Namespaces of this cluster that still exist (the leak check)."""
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -23,6 +23,16 @@ def etcd():
         yield member
 
 
+_LINKS: list[Any] = []  # every link a test made: closed after it, whatever happened (their threads must not outlive it)
+
+
+@pytest.fixture(autouse=True)
+def close_links():
+    yield
+    while _LINKS:
+        _LINKS.pop().close()
+
+
 def settings(job: str, low: int, high: int, **extra: Any):
     from tfdist.launch.elastic.membership_types import RendezvousSettings as Settings
 
@@ -54,9 +64,11 @@ class FakeAgent:
         return self
 
     def _run(self) -> None:
+        _LINKS.append(self.link)
         try:
             self.result.put(self._serve())
         except Exception as bad:  # noqa: BLE001 - handed to the test
+            self.link.close()  # as the agent does when it leaves (a lost machine's link included)
             self.result.put(bad)
 
     def _serve(self) -> Any:
@@ -220,6 +232,7 @@ def test_tls_and_etcd_user_authentication_through_the_conf_and_a_wrong_password_
         for pairs in ((f"user=trainer,password_file={bad}", tls), (tls,)):  # a wrong password, and none at all
             link = EtcdLink(parse_conf(etcd.endpoint, pairs, 2.0, {}), settings(f"authed{len(pairs)}", 1, 1),
                             secret=SECRET)
+            _LINKS.append(link)
             started = time.monotonic()
             with pytest.raises(Refused) as refused:
                 link.connect({}, time.monotonic() + 30, lambda: False)

@@ -20,7 +20,6 @@ from tfdist.protocol.records import read_heartbeat
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
               pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
-pytest.importorskip("tensorflow")
 
 HANG_JOB = str(REPO_ROOT / "tests" / "bin" / "hang_job.py")
 HANG_TIMEOUT = "12"  # the tiny model's steps take milliseconds: 12 s of silence is a hang even under load

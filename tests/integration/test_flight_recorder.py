@@ -20,7 +20,6 @@ from tests.conftest import REPO_ROOT
 from tfdist.protocol.records import read_heartbeat
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
-pytest.importorskip("tensorflow")
 
 HANG_JOB = REPO_ROOT / "tests" / "bin" / "hang_job.py"
 SOURCE = HANG_JOB.read_text().splitlines()

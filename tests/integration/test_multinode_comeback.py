@@ -32,11 +32,7 @@ def test_a_host_that_went_down_and_answers_ssh_again_rejoins_at_a_later_round(tm
                                      "--", DIGITS, *SCRIPT, "--model-dir", str(tmp_path / "model")], tmp_path).start()
         wait_for_step(str(tmp_path / "logs"), 0, 0, 15, [driver])
         machines.cut(3)
-        for pid in _job_processes(machines, 3):  # the machine goes down: its agent and worker are gone
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        machines.go_down(3)  # its agent, worker and shared memory are gone
         driver.wait_for(r"host 198\.18\.0\.3 lost: probing it over ssh again in 1s", timeout=120)
         driver.wait_for(r"host 198\.18\.0\.3 still does not answer ssh: next try in 2s", timeout=120)
         machines.reconnect(3)

@@ -177,11 +177,7 @@ def test_the_parameter_server_s_machine_lost_then_back_restarts_the_job_from_its
                        tmp_path).start()
         _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
         machines.cut(2)
-        for pid in [p for p in machines.pids(2) if p not in machines.sshd_pids()]:  # the machine goes down
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        machines.go_down(2)
         driver.wait_for(r"host 198\.18\.0\.2 lost: probing it over ssh again", timeout=120)
         machines.reconnect(2)
         code = driver.wait(timeout=600)

@@ -90,3 +90,26 @@ def test_close_leaves_no_snapshot_folder_of_the_machines_in_dev_shm(tmp_path):
     finally:
         for folder in (task_folder, bystander):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_machine_that_goes_down_takes_its_snapshot_folders_with_it(tmp_path):
+    """go_down kills the agent and its orphan watcher together (as a machine losing power does), so nothing on the
+    machine is left to remove the folder and close() no longer sees a process naming it: go_down removes it."""
+    env = {**launch_env(), "PYTHONPATH": str(REPO_ROOT / "src")}
+    with Machines(2) as machines:
+        printed = tmp_path / "agent.out"
+        with open(printed, "wb") as out:
+            subprocess.Popen(machines.command(1, [sys.executable, "-c", AGENT_LIKE]), env=env, stdout=out,
+                             stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not printed.read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        agent_folder = Path(printed.read_text().strip())
+        assert agent_folder.parent == Path("/dev/shm") and agent_folder.is_dir(), agent_folder
+        try:
+            machines.go_down(1)
+            assert machines.pids(1) == []
+            assert not agent_folder.exists()
+        finally:
+            shutil.rmtree(agent_folder, ignore_errors=True)
+    assert machines.existing() == []

@@ -11,7 +11,6 @@ import pytest
 from tests.integration.test_snapshots import run_task, shm_dir, step_hashes  # noqa: F401 - shm_dir is a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
-pytest.importorskip("tensorflow")
 
 KILL_AT = 17
 

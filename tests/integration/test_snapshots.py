@@ -17,7 +17,6 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
-pytest.importorskip("tensorflow")
 
 TASK = str(Path(__file__).with_name("snapshot_task.py"))
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": f"{REPO_ROOT / 'src'}:{REPO_ROOT}", "TF_USE_LEGACY_KERAS": "1"}

@@ -27,6 +27,9 @@ def live_server(host: str = "127.0.0.1", secret: bytes = SECRET, said: list[str]
     try:
         yield server
     finally:
+        for peer in [p for p in _PEERS if p.server is server]:  # their writer threads end with their channels
+            _PEERS.remove(peer)
+            peer.close()
         server.close()
 
 
@@ -36,6 +39,9 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "the condition") ->
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g}s")
         time.sleep(0.02)
+
+
+_PEERS: list["Peer"] = []  # every peer made, closed with its server by live_server
 
 
 class Peer:
@@ -53,6 +59,8 @@ class Peer:
         # As the agent's link: a send may wait up to max(node_timeout, 5 s), twice what the server waits for a
         # slow receiver while it forwards this peer's chunks (server.py), so a slow third party never cuts us off.
         self.channel = wire.Channel(self.sock, self.session, send_timeout=20.0)
+        self.server = server
+        _PEERS.append(self)
 
     def send(self, message: M.Message, wait: float = 0.0) -> None:
         assert self.channel.send(message, wait=wait, bulk=wait > 0)

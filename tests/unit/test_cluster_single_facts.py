@@ -39,6 +39,8 @@ def _is_call_to(node: ast.Call, names: set[str]) -> bool:
 def _tf_config_parsers(tree: ast.AST) -> list[int]:
     """Lines where TF_CONFIG's text is decoded: json.loads/json.load over an expression that names TF_CONFIG,
     or over a name assigned from a read of TF_CONFIG in the same function."""
+    if not _mentions_tf_config(tree):  # one walk: a module that never names TF_CONFIG cannot decode it
+        return []
     lines = []
     for scope in ast.walk(tree):
         if not isinstance(scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):

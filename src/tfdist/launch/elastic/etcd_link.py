@@ -222,6 +222,8 @@ class EtcdLink:
 
         while not self._closed.is_set() and not self._expired:
             self._coordinator_gone.clear()
+            if self._closed.is_set():  # close() set both after the loop's check: it must not wait a node_timeout
+                return
             try:
                 claimed = self.store.create(self.keys.coordinator, seal(self.secret, self.keys.coordinator,
                                                                         {"lease": self.name}), lease=self.lease)
@@ -240,9 +242,12 @@ class EtcdLink:
             self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
 
     def close(self) -> None:
-        if self._closed.is_set():
+        """Leave: stop this link's threads, its watches and its connection (also after its threads were stopped
+        some other way: the watches and the connection are released here only)."""
+        if self.store.closed:
             return
         self._closed.set()
+        self._coordinator_gone.set()  # wakes the campaign thread now rather than after node_timeout
         try:
             self._outbox.put_nowait(None)
         except queue.Full:

@@ -164,6 +164,7 @@ class EtcdStore:
         self._client: Any = None
         self._lock = threading.Lock()
         self._closed = False
+        self._watches: list[Watch] = []  # stopped by close(): a watch must not outlive its connection
 
     def connect(self) -> None:
         """Open the client (and log in). Raises EtcdUnavailable, EtcdRefused."""
@@ -263,10 +264,22 @@ class EtcdStore:
         """Call ``on_entries`` with every change under ``prefix`` from ``start_revision`` on, in order; the watch
         is re-made on another member (from the next revision) when its member goes away. ``on_gap`` is called
         when changes were lost (compacted history): the caller re-reads."""
-        return Watch(self, prefix, start_revision, on_entries, on_gap).start()
+        watch = Watch(self, prefix, start_revision, on_entries, on_gap)
+        with self._lock:
+            self._watches.append(watch)
+        return watch.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
+        """Close the connection and stop every watch made through it (their threads end within WATCH_RETRY)."""
         self._closed = True
+        with self._lock:
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.stop()
         client, self._client = self._client, None
         if client is not None:
             try:
@@ -289,7 +302,7 @@ class Watch:
         return self
 
     def _establish(self, generation: int) -> None:
-        while not self._stopped.is_set() and generation == self._generation:
+        while not self._stopped.is_set() and generation == self._generation and not self.store.closed:
             try:
                 self._id = self.store.call(lambda c: c.add_watch_prefix_callback(
                     self.prefix, lambda r, g=generation: self._on_response(r, g),
@@ -319,6 +332,10 @@ class Watch:
         if entries:
             self.next_revision = entries[-1].mod_revision + 1
             self.on_entries(entries)
+
+    def stop(self) -> None:
+        """No more callbacks and no more re-watching (closing the client ends the watch in etcd)."""
+        self._stopped.set()
 
     def cancel(self) -> None:
         self._stopped.set()
