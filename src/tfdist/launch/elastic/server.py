@@ -103,10 +103,6 @@ class RendezvousServer:
         self.finished.set()
         self._closing.set()
         try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread: close() alone leaves it blocked
-        except OSError:
-            pass
-        try:
             self._listener.close()
         except OSError:
             pass
