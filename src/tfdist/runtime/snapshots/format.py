@@ -13,6 +13,7 @@ CRC and the step in its name all agree: a writer killed half-way leaves a file t
 """
 from __future__ import annotations
 
+import functools
 import json
 import zlib
 from dataclasses import dataclass, field
@@ -37,14 +38,32 @@ class Snapshot:
     version: int = VERSION
 
 
+_last_layout: tuple[Any, int, tuple[str, str, str]] = (None, -1, ("", "", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _layout_json(specs: tuple[ArraySpec, ...], model: int) -> tuple[str, str, str]:
+    """The header's parts that depend only on the layout (fingerprints, the array list), serialized once per layout:
+    hashing and serializing them for every snapshot was most of the writer's Python time (held under the GIL)."""
+    arrays = json.dumps([[s.name, s.dtype, list(s.shape)] for s in specs], separators=(",", ":"))
+    return json.dumps(fingerprint(specs)), arrays, json.dumps(fingerprint(specs[:model]))
+
+
 def encode_header(step: int, specs: Sequence[ArraySpec], meta: Mapping[str, Any],
                   model_count: int | None = None) -> bytes:
-    """``model_count``: how many of the arrays (the first) are the model's; the rest is extra state."""
+    """``model_count``: how many of the arrays (the first) are the model's; the rest is extra state.
+
+    The same bytes as ``json.dumps`` of the header dict with compact separators (a test checks it)."""
     model = len(specs) if model_count is None else model_count
-    header = {"version": VERSION, "step": int(step), "fingerprint": fingerprint(specs), "meta": dict(meta),
-              "arrays": [[s.name, s.dtype, list(s.shape)] for s in specs], "model": model,
-              "model_fingerprint": fingerprint(specs[:model])}
-    return json.dumps(header, separators=(",", ":")).encode()
+    global _last_layout
+    if _last_layout[0] is specs and _last_layout[1] == model:  # the same list as last time: no hashing at all
+        whole, arrays, model_part = _last_layout[2]
+    else:
+        whole, arrays, model_part = _layout_json(tuple(specs), int(model))
+        _last_layout = (specs, model, (whole, arrays, model_part))
+    meta_json = json.dumps(dict(meta), separators=(",", ":"))
+    return (f'{{"version":{VERSION},"step":{int(step)},"fingerprint":{whole},"meta":{meta_json},'
+            f'"arrays":{arrays},"model":{int(model)},"model_fingerprint":{model_part}}}').encode()
 
 
 def chunks(step: int, arrays: Sequence[np.ndarray], specs: Sequence[ArraySpec],

@@ -20,6 +20,26 @@ from tfdist.runtime.snapshots.format import ArraySpec, Snapshot, SnapshotRefused
 
 KEEP = 2
 _PARTIAL = ".partial-"
+_IOV_MAX = 1024  # Linux's limit on buffers per writev
+
+
+def write_all(fd: int, buffers: Sequence[Any]) -> None:
+    """Write ``buffers`` one after another with as few system calls as the kernel allows (``writev``, at most
+    :data:`_IOV_MAX` buffers a call; a short write goes on where it stopped). One call per snapshot instead of one
+    per array: each call gives the GIL away and takes it back, which the training thread waits for."""
+    pending = list(buffers)
+    while pending:
+        batch = pending[:_IOV_MAX]
+        written = os.writev(fd, batch)
+        if written == 0 and any(memoryview(b).nbytes for b in batch):
+            raise OSError("the snapshot file took no bytes")  # would loop for ever
+        done = 0
+        while done < len(batch) and written >= memoryview(batch[done]).nbytes:
+            written -= memoryview(batch[done]).nbytes
+            done += 1
+        pending = pending[done:]
+        if written:
+            pending[0] = memoryview(pending[0]).cast("B")[written:]
 
 
 class SnapshotStore:
@@ -57,9 +77,10 @@ class SnapshotStore:
         partial = self.directory / f"{_PARTIAL}{step}-{os.getpid()}"
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            with os.fdopen(fd, "wb", buffering=0) as handle:
-                for chunk in chunks(step, arrays, specs, meta, model_count):
-                    handle.write(chunk)
+            try:
+                write_all(fd, list(chunks(step, arrays, specs, meta, model_count)))
+            finally:
+                os.close(fd)
             final = self.directory / snapshot_name(step)
             os.replace(partial, final)  # the commit: readers see the whole file or none
         except BaseException:
