@@ -203,7 +203,7 @@ class Admission:
             self._drop(shake)  # not an agent of this job, or gone: closed without a word
 
     def _advance(self, shake: _Handshake) -> bool:
-        """The current step's bytes are all there: answer them. True when the connection left this loop."""
+        """The current step's bytes are all there: answer them. True when there is nothing more to read now."""
         data = bytes(shake.buffer)
         if shake.step == _HELLO:
             answer, agent_nonce, server_nonce = auth.answer_hello(self._secret, data)
@@ -218,6 +218,7 @@ class Admission:
             shake.session = auth.Session(self._secret, agent_nonce, server_nonce, is_server=True)
             shake.step, shake.need = _PROOF, auth.MAC + _LENGTH.size  # the proof and the join's length
             shake.buffer.clear()
+            return True  # the proof comes only after the agent read the challenge: no read that must fail now
         elif shake.step == _PROOF:
             if not hmac.compare_digest(data[: auth.MAC], shake.expected):
                 raise auth.AuthError("the agent did not prove the job secret")
