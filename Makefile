@@ -43,7 +43,7 @@ system-deps:
 test: system-deps venv-dev
 	$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; bash .ci/system-deps.sh --check; exit $$status
 
-## test-fast: everything not marked slow or listed in tests/slow_cases.py (the quick loop: under 2 minutes on 2 cores)
+## test-fast: everything not marked slow or listed in tests/slow_cases.py (the quick loop: about 1 minute of CPU; the standard is under 2 minutes on 2 cores)
 test-fast: venv-dev
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
