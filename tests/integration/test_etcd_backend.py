@@ -49,6 +49,7 @@ class FakeAgent:
     index: int
     secret: bytes | None = SECRET
     succeed_after: float | None = None  # seconds into a round after which this machine's workers succeed
+    fail_now: bool = False  # set by the test: this machine's workers fail in the current round (once)
     messages: list[Any] = field(default_factory=list)  # the typed messages of elastic/messages.py
     said: list[str] = field(default_factory=list)
     result: "queue.Queue[Any]" = field(default_factory=queue.Queue)
@@ -94,6 +95,9 @@ class FakeAgent:
                 elif message.TYPE == "finish":
                     link.close()
                     return message
+            if round_started is not None and self.fail_now:
+                self.fail_now, round_started = False, None
+                link.send("exited", round=current, outcome="failed", step=1, detail="worker:0 exited 1")
             if round_started is not None and self.succeed_after is not None and \
                     time.monotonic() - round_started > self.succeed_after:
                 link.send("exited", round=current, outcome="succeeded", step=10, detail="")
@@ -168,6 +172,28 @@ def test_the_coordinators_machine_lost_another_takes_over_with_the_same_round_nu
     report = next(f for f in (a.outcome() for a in rest) if f.print_report).report
     assert "#1: 2 machine(s)" in report and "#2:" not in report, report  # the second round, numbered on
     assert f"lost machines: m{boss.index}" in report
+
+
+def test_a_coordinator_that_takes_over_keeps_the_restart_budget_used_before(etcd):
+    # --max-restarts 1: round 0 fails (restart 1/1), the coordinator's machine is lost (not counted), round 2 fails:
+    # the budget is spent. A takeover that started with a fresh budget started a round 3 instead.
+    job = settings("budget", 1, 3, max_restarts=1)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(3)]
+    for a in agents:
+        a.wait_round(0)
+    boss = next(a for a in agents if a.link.coordinating)
+    failing = next(a for a in agents if a is not boss)
+    failing.fail_now = True
+    for a in agents:
+        a.wait_round(1)
+    boss.link._closed.set()
+    rest = [a for a in agents if a is not boss]
+    for a in rest:
+        a.wait_round(2)
+    failing.fail_now = True
+    finish = next(f for f in (a.outcome() for a in rest) if f.print_report)
+    assert finish.status == 3 and "restart budget (1) spent" in finish.report, finish.report
+    assert all(m.round < 3 for a in rest for m in a.rounds()), "no round after the budget was spent"
 
 
 def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped_not_the_job(etcd):

@@ -30,6 +30,8 @@ from tfdist.launch.elastic.backup_relay import BackupRelay
 from tfdist.launch.outcome import Outcome
 
 TICK = 0.05
+KEPT_RESTARTS = 64  # the budget's newest restarts kept in the state (the back-off's doublings are capped long before)
+AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change alone is no reason to write the state
 
 
 class Coordinator:
@@ -101,6 +103,9 @@ class Coordinator:
         policy.blacklist = {str(k): now + float(v) for k, v in (state.get("left_out") or {}).items()}
         policy.lost = [str(n) for n in state.get("lost") or []]
         policy.history = [str(h) for h in state.get("history") or []]
+        # The restart budget's window and back-off carry over too (else a takeover would hand out a fresh budget).
+        policy._budget.restarts = [now - float(age) for age in (state.get("restart_ages") or [])[-KEPT_RESTARTS:]]
+        policy._not_before = now + min(float(state.get("next_round_in", 0.0)), policy._budget.backoff_max)
         latest: dict[str, dict[str, Any]] = {}
         for entry in entries:
             if entry.key.startswith(self.keys.inbox):
@@ -304,7 +309,9 @@ class Coordinator:
         p, now = self.policy, time.monotonic()
         return {"round": p.round, "phase": p.phase.value, "restarts": p.restarts, "failures": p.failures,
                 "left_out": {k: max(0.0, v - now) for k, v in p.blacklist.items() if v > now},
-                "lost": p.lost, "history": p.history[-50:]}
+                "lost": p.lost, "history": p.history[-50:],
+                "restart_ages": [round(now - t, 1) for t in p._budget.restarts[-KEPT_RESTARTS:]],
+                "next_round_in": round(max(0.0, p._not_before - now), 1)}
 
     def _state_put(self) -> tuple[str, bytes, None]:
         value = seal(self.secret, self.keys.state, self._state())
@@ -351,4 +358,4 @@ class _ClaimLost(Exception):
 def _stable(state: dict[str, Any]) -> str:
     import json
 
-    return json.dumps({k: v for k, v in state.items() if k != "left_out"}, sort_keys=True)
+    return json.dumps({k: v for k, v in state.items() if k not in AGES}, sort_keys=True)
