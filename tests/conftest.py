@@ -106,3 +106,34 @@ def no_leaked_tfdist_threads(request: pytest.FixtureRequest) -> object:
             warnings.warn(what, stacklevel=1)
         else:
             pytest.fail(what, pytrace=False)
+
+
+# -- /dev/shm leftovers ------------------------------------------------------------------------------------------------
+# Launchers and agents keep in-memory snapshots in /dev/shm/tfdist-*; every exit path removes them. The run's summary
+# names any that appeared during the run and are still there (another process on this machine may have made them:
+# a report, not a failure).
+_SHM = Path("/dev/shm")
+
+
+def _shm_folders() -> set[str]:
+    try:
+        return {p.name for p in _SHM.iterdir() if p.name.startswith("tfdist-")}
+    except OSError:
+        return set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SHM_AT_START] = _shm_folders()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    left = sorted(_shm_folders() - config.stash.get(_SHM_AT_START, set()))
+    if left:
+        terminalreporter.section("/dev/shm folders left")
+        terminalreporter.write_line(f"{len(left)} tfdist folder(s) in {_SHM} appeared during this run and are still "
+                                    "there (made by this run's launchers, or by other processes on this machine):")
+        for name in left:
+            terminalreporter.write_line(f"  {_SHM / name}")
+
+
+_SHM_AT_START = pytest.StashKey[set]()

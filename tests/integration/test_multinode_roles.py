@@ -210,11 +210,7 @@ def test_a_lost_machine_of_only_workers_leaves_the_round_running_and_rejoins_it(
         chief, ps = _pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")
         old_worker = re.search(r"worker:1 pid \d+ (198\.18\.0\.3:\d+)", driver.err)
         machines.cut(3)
-        for pid in [p for p in machines.pids(3) if p not in machines.sshd_pids()]:  # the machine goes down
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        machines.go_down(3)  # its agent, worker and shared memory are gone
         driver.wait_for(r"host 198\.18\.0\.3 lost: probing it over ssh again", timeout=120)
         _wait_for_chief_step(tmp_path, 0, 80, [driver], logs="logs")  # epoch 2 trained while m3 is gone
         assert machines.pids(3) == [p for p in machines.pids(3) if p in machines.sshd_pids()], "m3 stayed down"
