@@ -50,6 +50,7 @@ class FakeAgent:
     secret: bytes | None = SECRET
     succeed_after: float | None = None  # seconds into a round after which this machine's workers succeed
     fail_now: bool = False  # set by the test: this machine's workers fail in the current round (once)
+    layout: str = ""  # the job's roles (placement.counts_text), e.g. "chief,ps=1"; "": workers only
     messages: list[Any] = field(default_factory=list)  # the typed messages of elastic/messages.py
     said: list[str] = field(default_factory=list)
     result: "queue.Queue[Any]" = field(default_factory=queue.Queue)
@@ -75,7 +76,8 @@ class FakeAgent:
     def _serve(self) -> Any:
         link = self.link
         link.connect(dict(job=self.job_settings.job, name=f"m{self.index}", node_rank=self.index,
-                          address=f"127.0.0.{self.index + 1}", slots=1, versions={}), time.monotonic() + 20,
+                          address=f"127.0.0.{self.index + 1}", slots=1, versions={}, layout=self.layout),
+                     time.monotonic() + 20,
                      lambda: False)
         link.send("ready", ports=[20000 + self.index], backup=None)
         round_started: float | None = None
@@ -194,6 +196,35 @@ def test_a_coordinator_that_takes_over_keeps_the_restart_budget_used_before(etcd
     finish = next(f for f in (a.outcome() for a in rest) if f.print_report)
     assert finish.status == 3 and "restart budget (1) spent" in finish.report, finish.report
     assert all(m.round < 3 for a in rest for m in a.rounds()), "no round after the budget was spent"
+
+
+def test_a_lost_machine_of_only_parameter_server_workers_rejoins_the_running_round(etcd):
+    # One slot each, --chief --ps 1: m0 chief:0, m1 ps:0, m2 worker:0. m2 lost: the round goes on (membership.py);
+    # m2 back (same name and address): the coordinator sends it round 0 for its seat, no new round for anyone.
+    job = settings("rejoin", 3, 3)
+    first = [FakeAgent(etcd, job, i, layout="chief,ps=1").start() for i in (0, 1)]
+    deadline = time.monotonic() + 20
+    while not any(a.link is not None and a.link.coordinating for a in first):  # the coordinator is m0 or m1
+        assert time.monotonic() < deadline, "nobody coordinates"
+        time.sleep(0.05)
+    victim = FakeAgent(etcd, job, 2, layout="chief,ps=1").start()
+    agents = [*first, victim]
+    started = [a.wait_round(0) for a in agents]
+    assert [r.node_rank for r in started] == [0, 1, 2]
+    victim.link._closed.set()  # its lease expires after the node timeout: lost
+    deadline = time.monotonic() + 20
+    while not any(line.startswith("coordinator: lost") for a in first for line in a.said):  # else: rank taken
+        assert time.monotonic() < deadline, "m2 was never found lost"
+        time.sleep(0.05)
+    back = FakeAgent(etcd, job, 2, layout="chief,ps=1").start()
+    again = back.wait_round(0)
+    assert (again.node_rank, again.workers, again.nodes) == (2, started[2].workers, started[2].nodes)
+    first[0].succeed_after = 0.1  # the chief's machine succeeds: the job is over
+    finish = next(f for f in (a.outcome() for a in (*first, back)) if f.print_report)
+    assert finish.status == 0 and "rejoin at node rank 2" in finish.report, finish.report
+    assert "lost machines: m2" in finish.report
+    assert all(m.round == 0 for a in (*first, back) for m in a.rounds()), "round 0 only"
+    assert not any(m.TYPE == "stop" for a in first for m in a.messages), "nobody was stopped"
 
 
 def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped_not_the_job(etcd):
