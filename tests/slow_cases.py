@@ -4,7 +4,8 @@ real processes, rendezvous rounds and source scans, checked in full by ``make te
 ``slow`` without giving them the budget of the explicitly slow tests (real TensorFlow, network namespaces).
 
 Refresh: run ``pytest -m "not slow" --durations=0`` and move what takes a second or more here (or make it faster).
-A name here that no longer matches a test does nothing (that test runs in test-fast again)."""
+A name here that no longer matches a test does nothing (that test runs in test-fast again). The source scans of
+test_cluster_single_facts.py stay in test-fast: they share one parse of the source, which one of them pays anyway."""
 from __future__ import annotations
 
 # Whole modules: nearly every test in them took a second or more.
@@ -67,12 +68,6 @@ SLOW_TESTS = frozenset({
     "tests/integration/test_mirror_safety.py::test_owner_group_and_mode_survive_use_and_restore",
     "tests/integration/test_mirror_safety.py::test_restore_keeps_edits_made_after_the_switch",
     "tests/unit/test_bootstrap.py::test_a_bootstrapped_script_sees_what_it_would_see_without_it",
-    "tests/unit/test_cluster_single_facts.py::test_ipv6_bracketing_is_written_once",
-    "tests/unit/test_cluster_single_facts.py::test_layers_import_only_downwards",
-    "tests/unit/test_cluster_single_facts.py::test_layers_never_reach_upwards_through_other_modules",
-    "tests/unit/test_cluster_single_facts.py::test_only_the_cluster_package_parses_tf_config",
-    "tests/unit/test_cluster_single_facts.py::test_tf_keras_is_looked_up_once",
-    "tests/unit/test_cluster_single_facts.py::test_the_preemption_exit_code_is_defined_once",
     "tests/unit/test_doctor_xla.py::test_ptxas_version_survives_hostile_binaries[exec >&-; sleep 30-no answer within]",
     "tests/unit/test_doctor_xla.py::test_ptxas_version_survives_hostile_binaries[sleep 30-no answer within]",
     "tests/unit/test_flight_across_machines.py::test_a_machine_that_does_not_answer_is_named_not_waited_on_forever",
@@ -85,9 +80,9 @@ SLOW_TESTS = frozenset({
     "tests/unit/test_node_group.py::test_a_failed_parameter_server_job_worker_is_restarted_alone_and_the_round_goes_on",
     "tests/unit/test_node_group.py::test_a_failure_on_this_machine_carries_the_flight_recorders_verdict",
     "tests/unit/test_node_group.py::test_a_worker_without_restarts_left_fails_the_round",
-    "tests/unit/test_rdzv_accept_challenge.py::test_a_hello_already_there_is_answered_by_the_accept_loop_and_the_member_joins",
-    "tests/unit/test_rdzv_accept_challenge.py::test_a_wrong_hello_already_there_is_closed_by_the_accept_loop_without_a_word_and_frees_its_slot",
-    "tests/unit/test_rdzv_accept_challenge.py::test_strangers_that_send_a_hello_and_never_read_do_not_hold_up_the_accept_loop",
+    "tests/unit/test_rdzv_admission.py::test_a_hello_already_there_is_answered_by_the_accept_loop_and_the_member_joins",
+    "tests/unit/test_rdzv_admission.py::test_a_wrong_hello_already_there_is_closed_by_the_accept_loop_without_a_word_and_frees_its_slot",
+    "tests/unit/test_rdzv_admission.py::test_strangers_that_send_a_hello_and_never_read_do_not_hold_up_the_accept_loop",
     "tests/unit/test_rdzv_handshake_path.py::test_a_server_that_proves_the_secret_but_never_welcomes_does_not_hold_the_agent_forever",
     "tests/unit/test_rdzv_handshake_path.py::test_both_ends_of_a_member_connection_set_tcp_nodelay",
     "tests/unit/test_rdzv_handshake_path.py::test_the_agent_has_no_thread_of_its_own_for_keep_alives",
