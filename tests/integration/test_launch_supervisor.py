@@ -129,7 +129,7 @@ def test_a_parameter_server_job_restarts_a_failed_worker_alone_in_place(tmp_path
 def test_a_worker_that_used_its_own_restarts_fails_the_attempt(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", "--ps", "1", "--chief", "--max-restarts", "1", "--backoff", "0", FAKE, str(out),
-                    "--fail", "worker:1:5", "--fail-starts", "9", "--sleep", "30")
+                    "--fail", "worker:1:5", "--fail-starts", "9", "--others-wait", "--sleep", "30")
     assert result.returncode == 3, result.stderr
     assert "restarting worker:1 alone, in place (1/1)" in result.stderr
     assert "worker:1 used its 1 restart(s): stopping the group" in result.stderr
