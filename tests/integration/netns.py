@@ -174,12 +174,15 @@ class Machines(CleanedUpFixture):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def _kill_until_gone(self, which: Callable[[int], bool]) -> None:
-        """SIGKILL the machines' processes that ``which`` picks until none is left (at most 2.5 s of tries)."""
+    def _kill_until_gone(self, which: Callable[[int], bool], machine: int | None = None,
+                         before: Callable[[list[int]], object] = lambda pids: None) -> None:
+        """SIGKILL the processes that ``which`` picks (on machine ``machine``, else on every machine) until none is
+        left (at most 2.5 s of tries); ``before(pids)`` is called with each batch before it is killed."""
         for _ in range(50):
-            pids = [pid for pid in self.pids() if which(pid)]
+            pids = [pid for pid in self.pids(machine) if which(pid)]
             if not pids:
                 return
+            before(pids)
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -192,18 +195,9 @@ class Machines(CleanedUpFixture):
         ``/dev/shm/tfdist-*`` folders its processes named go with it, as a real machine's shared memory does (nothing
         on it is left to remove them, and close() no longer sees who named them)."""
         held: dict[Path, ShmFolder] = {}
-        for _ in range(50):
-            sshd = set(self.sshd_pids())
-            pids = [pid for pid in self.pids(i) if pid not in sshd]
-            if not pids:
-                break
-            held.update((folder.path, folder) for folder in held_shm_folders(pids))  # before they die with them
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
+        sshd = set(self.sshd_pids())
+        self._kill_until_gone(lambda pid: pid not in sshd, machine=i,  # noting the folders before they die with them
+                              before=lambda pids: held.update((f.path, f) for f in held_shm_folders(pids)))
         for folder in held.values():
             folder.remove()
 

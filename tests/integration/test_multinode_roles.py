@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -165,16 +166,22 @@ def test_a_host_file_places_the_roles_and_pins_the_parameter_server(tmp_path):
     assert machines.existing() == []
 
 
+def _ps_job_on_three_machines(machines: Machines, tmp_path: Path, *script_args: str) -> Agent:
+    """The digits example with a chief and 1 ps from a host file (m1: chief and worker:0, m2 pinned ps, m3:
+    worker:1), with a short node timeout and cool-down; started."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
+                        f"{machines.address(3)} slots=1\n")
+    return Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", *FAST, "--node-timeout", "6",
+                               "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
+                               "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model"), *script_args],
+                 tmp_path).start()
+
+
 @pytest.mark.skipif(why_no_sshd() is not None, reason=str(why_no_sshd()))
 def test_the_parameter_server_s_machine_lost_then_back_restarts_the_job_from_its_checkpoint(tmp_path):
     with Machines(3, ssh=True) as machines:
-        hostfile = tmp_path / "hosts"
-        hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
-                            f"{machines.address(3)} slots=1\n")
-        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", *FAST, "--node-timeout", "6",
-                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
-                                     "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model")],
-                       tmp_path).start()
+        driver = _ps_job_on_three_machines(machines, tmp_path)
         _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
         machines.cut(2)
         machines.go_down(2)
@@ -199,13 +206,7 @@ def test_a_lost_machine_of_only_workers_leaves_the_round_running_and_rejoins_it(
     # chief, which sees the silent worker fail through gRPC keep-alive and trains on; the rendezvous keeps round 0
     # and m3's seat; the host answers ssh again, its new agent is sent round 0 and starts worker:1 at its old address.
     with Machines(3, ssh=True) as machines:
-        hostfile = tmp_path / "hosts"
-        hostfile.write_text(f"{machines.address(1)} slots=2\n{machines.address(2)} slots=1 roles=ps\n"
-                            f"{machines.address(3)} slots=1\n")
-        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "--chief", "--ps", "1", *FAST, "--node-timeout", "6",
-                                     "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
-                                     "--", DIGITS, *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model"),
-                                     "--step-delay", "0.75"], tmp_path).start()  # the chief sleeps 30 s per epoch
+        driver = _ps_job_on_three_machines(machines, tmp_path, "--step-delay", "0.75")  # 30 s per epoch
         _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
         chief, ps = _pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")
         old_worker = re.search(r"worker:1 pid \d+ (198\.18\.0\.3:\d+)", driver.err)

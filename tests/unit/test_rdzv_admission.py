@@ -91,6 +91,16 @@ def _in_thread(function) -> None:
     assert not thread.is_alive(), "the accept loop waited on a peer"
 
 
+def _a_real_agent_joins(server) -> None:
+    """A real agent's link connects to ``server`` and is welcomed (then leaves)."""
+    link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 2.0, secret=SECRET)
+    link.connect(dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
+                      versions={"python": "3", "tfdist": "1", "tensorflow": "2"}),
+                 deadline=time.monotonic() + 20, give_up=lambda: False)
+    assert link.channel is not None
+    link.close()
+
+
 def test_a_challenge_that_does_not_fit_the_send_buffer_closes_that_connection_at_once():
     with _pair() as (client, accepted), _admission() as admission:
         _fill_send_buffer(accepted)  # a peer with a zero receive window and our buffer full
@@ -188,12 +198,7 @@ def test_a_hello_already_there_is_answered_by_the_accept_loop_and_the_member_joi
         wait_until(lambda: not server._pending and not server._waiting, what="the slot freed after the proof")
         sock.close()
         # And a real agent still joins through the same loop.
-        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 2.0, secret=SECRET)
-        link.connect(dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
-                          versions={"python": "3", "tfdist": "1", "tensorflow": "2"}),
-                     deadline=time.monotonic() + 20, give_up=lambda: False)
-        assert link.channel is not None
-        link.close()
+        _a_real_agent_joins(server)
     finally:
         server.close()
 
@@ -264,12 +269,7 @@ def test_strangers_that_send_a_hello_and_never_read_do_not_hold_up_the_accept_lo
             stranger.sendall(_hello())
             strangers.append(stranger)
         try:
-            link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 2.0, secret=SECRET)
-            link.connect(dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
-                              versions={"python": "3", "tfdist": "1", "tensorflow": "2"}),
-                         deadline=time.monotonic() + 20, give_up=lambda: False)
-            assert link.channel is not None
-            link.close()
+            _a_real_agent_joins(server)
         finally:
             for stranger in strangers:
                 stranger.close()

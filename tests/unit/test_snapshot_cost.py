@@ -23,6 +23,17 @@ def reference_header(step, specs, meta, model_count=None) -> bytes:
                        "model_fingerprint": fingerprint(specs[:model])}, separators=(",", ":")).encode()
 
 
+def _written(tmp_path, buffers) -> bytes:
+    """What ``write_all`` of ``buffers`` leaves in a new file."""
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        write_all(fd, buffers)
+    finally:
+        os.close(fd)
+    return path.read_bytes()
+
+
 @pytest.mark.parametrize("specs, meta, model_count", [
     (SPECS, {"epoch": 0, "batch": 7}, None),
     (SPECS, {}, 2),
@@ -55,26 +66,14 @@ def test_write_all_goes_on_after_short_writes(tmp_path, monkeypatch, limit):
         return os.write(fd, data)
 
     monkeypatch.setattr(os, "writev", short)
-    path = tmp_path / "f"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        write_all(fd, buffers)
-    finally:
-        os.close(fd)
-    assert path.read_bytes() == b"".join(bytes(b) for b in buffers)
+    assert _written(tmp_path, buffers) == b"".join(bytes(b) for b in buffers)
     if limit is None:
         assert calls == [len(buffers)]  # one system call for the whole file
 
 
 def test_write_all_splits_more_buffers_than_one_call_takes(tmp_path):
     buffers = [bytes([i % 256]) * 3 for i in range(2500)]
-    path = tmp_path / "f"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        write_all(fd, buffers)
-    finally:
-        os.close(fd)
-    assert path.read_bytes() == b"".join(buffers)
+    assert _written(tmp_path, buffers) == b"".join(buffers)
 
 
 def test_a_stored_snapshot_reads_back_exactly(tmp_path):
