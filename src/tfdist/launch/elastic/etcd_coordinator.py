@@ -30,7 +30,6 @@ from tfdist.launch.elastic.backup_relay import BackupRelay
 from tfdist.launch.outcome import Outcome
 
 TICK = 0.05
-KEPT_RESTARTS = 64  # the budget's newest restarts kept in the state (the back-off's doublings are capped long before)
 AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change alone is no reason to write the state
 
 
@@ -104,8 +103,7 @@ class Coordinator:
         policy.lost = [str(n) for n in state.get("lost") or []]
         policy.history = [str(h) for h in state.get("history") or []]
         # The restart budget's window and back-off carry over too (else a takeover would hand out a fresh budget).
-        policy._budget.restarts = [now - float(age) for age in (state.get("restart_ages") or [])[-KEPT_RESTARTS:]]
-        policy._not_before = now + min(float(state.get("next_round_in", 0.0)), policy._budget.backoff_max)
+        policy.adopt_budget_state(state, now)
         latest: dict[str, dict[str, Any]] = {}
         for entry in entries:
             if entry.key.startswith(self.keys.inbox):
@@ -309,9 +307,7 @@ class Coordinator:
         p, now = self.policy, time.monotonic()
         return {"round": p.round, "phase": p.phase.value, "restarts": p.restarts, "failures": p.failures,
                 "left_out": {k: max(0.0, v - now) for k, v in p.blacklist.items() if v > now},
-                "lost": p.lost, "history": p.history[-50:],
-                "restart_ages": [round(now - t, 1) for t in p._budget.restarts[-KEPT_RESTARTS:]],
-                "next_round_in": round(max(0.0, p._not_before - now), 1)}
+                "lost": p.lost, "history": p.history[-50:], **p.budget_state(now)}
 
     def _state_put(self) -> tuple[str, bytes, None]:
         value = seal(self.secret, self.keys.state, self._state())

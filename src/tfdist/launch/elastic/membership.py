@@ -52,6 +52,10 @@ KEPT_EVENTS = 200
 LEFT_OUT = "... (earlier events left out)"
 
 
+# The restart budget's newest restarts a coordinator takeover carries (the back-off's doublings are capped long before).
+KEPT_RESTARTS = 64
+
+
 class MembershipPolicy:
     """State of one job's rendezvous. Call the ``on_*`` methods as events arrive and :meth:`tick` often."""
 
@@ -267,6 +271,16 @@ class MembershipPolicy:
         only a machine running the chief or the evaluator; otherwise every machine."""
         tasks = self._round_tasks.get(self._rank(node), ())
         return not self._ps_job or any(t.startswith(("chief:", "evaluator:")) for t in tasks)
+
+    def budget_state(self, now: float) -> dict[str, Any]:
+        """The restart budget's window and back-off relative to ``now``, for a coordinator that takes over."""
+        return {"restart_ages": [round(now - t, 1) for t in self._budget.restarts[-KEPT_RESTARTS:]],
+                "next_round_in": round(max(0.0, self._not_before - now), 1)}
+
+    def adopt_budget_state(self, state: dict[str, Any], now: float) -> None:
+        """Take over :meth:`budget_state` (else a takeover would hand out a fresh budget)."""
+        self._budget.restarts = [now - float(age) for age in (state.get("restart_ages") or [])[-KEPT_RESTARTS:]]
+        self._not_before = now + min(float(state.get("next_round_in", 0.0)), self._budget.backoff_max)
 
     def _only_workers(self, node: Node) -> bool:
         """Whether ``node`` ran only workers of a ParameterServerStrategy round (as this policy started it)."""
