@@ -80,9 +80,12 @@ class Job:
                     entries = []
                 for entry in entries:
                     if entry["task"] == task:
-                        proc = psutil.Process(entry["pid"])
-                        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                            return proc
+                        try:  # the record can still name a process that has just died (its restart not yet written)
+                            proc = psutil.Process(entry["pid"])
+                            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                                return proc
+                        except psutil.NoSuchProcess:
+                            pass
             time.sleep(0.05)
         raise AssertionError(f"no live process for {task}")
 

@@ -107,6 +107,14 @@ def assert_where(report: dict, function: str, line: int) -> None:
     assert f"hang_job.py:{line} `{function}`" in report["verdict"]["headline"]
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` is a process that is not a zombie (one that exits meanwhile counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_sigstopped_worker(job):
     hung = job("none")
     hung.wait_for_step("worker:1", 5)
@@ -116,7 +124,7 @@ def test_sigstopped_worker(job):
     stopped = task_entry(report, "worker:1")
     assert stopped["state"] == "T" and stopped["stacks_from"] == "py-spy", "py-spy reads a stopped task"
     assert any(f["function"] == "main" for t in stopped["threads"] for f in t["frames"])
-    assert not psutil.pid_exists(stopped["pid"]) or psutil.Process(stopped["pid"]).status() == "zombie"
+    assert not _alive(stopped["pid"])
 
 
 def test_python_deadlock_in_a_callback(job):
