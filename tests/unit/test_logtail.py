@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,10 @@ from tfdist.launch.console import logtail
 def attempt(folder: Path, number: int, names: list[str]) -> Path:
     path = folder / f"attempt-{number}"
     path.mkdir(parents=True)
-    (path / "tasks.json").write_text(json.dumps([{"task": n, "pid": 1} for n in names]))
+    # Written whole then renamed, as the supervisor does (TaskGroup._write_pids): a follower polling beside this
+    # thread must never see the file created but still empty, which reads as an attempt without tasks.
+    (path / "tasks.json.tmp").write_text(json.dumps([{"task": n, "pid": 1} for n in names]))
+    os.replace(path / "tasks.json.tmp", path / "tasks.json")
     return path
 
 
