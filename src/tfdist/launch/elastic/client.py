@@ -108,12 +108,30 @@ class RendezvousLink:
             raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
                           "(another program on the port, another job, or a different secret)",
                           int(ExitStatus.USAGE))
-        # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved) and starts
-        # one thread, the reader, which first releases the channel: that starts the writer (which also sends the
-        # keep-alives) off the joining thread's path. Messages sent meanwhile wait in the held channel, in order.
+        # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved). The reader
+        # thread starts now, while the server checks the join (its start is off the welcome's path), and waits at
+        # `go` until the welcome was read; it then releases the channel, which starts the writer (which also sends
+        # the keep-alives). Messages sent meanwhile wait in the held channel, in order. Only a server that proved
+        # the secret gets this far.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
+        inbox: queue.Queue[M.Message | None] = queue.Queue()
+        go = threading.Event()
+        threading.Thread(target=self._read, args=(channel, inbox, go), daemon=True, name="rdzv-read").start()
+        try:
+            self._welcome(channel, patience)
+        except BaseException:
+            channel.close()
+            raise
+        finally:
+            go.set()  # the reader goes on, or ends at once: the channel was closed
+        self.channel = channel
+        self._last_heard = time.monotonic()
+        self._messages = inbox
+
+    def _welcome(self, channel: P.Channel, patience: float) -> M.Welcome:
+        """The server's answer to the join: its welcome, or Refused / TimeoutError (the channel is then closed)."""
         try:
             # The socket times out after `patience`; a deadline before that ends the wait at that first timeout.
             answer = channel.receive(deadline=time.monotonic() + patience / 2)
@@ -132,12 +150,12 @@ class RendezvousLink:
                 raise Refused(f"{self.where} answered with something that is not this protocol "
                               f"({channel.dropped_reason})", int(ExitStatus.USAGE))
             raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
-        self.channel = channel
-        self._last_heard = time.monotonic()
-        self._messages = queue.Queue()
-        threading.Thread(target=self._read, args=(channel, self._messages), daemon=True, name="rdzv-read").start()
+        return answer
 
-    def _read(self, channel: P.Channel, inbox: queue.Queue) -> None:
+    def _read(self, channel: P.Channel, inbox: queue.Queue, go: threading.Event) -> None:
+        go.wait()  # the joining thread read the welcome (or gave up and closed the channel)
+        if channel.closed:
+            return
         channel.release()  # starts the writer and its keep-alives
         try:
             while True:

@@ -1,0 +1,112 @@
+"""The agent's reader thread on the join's path (issue 20, connect-to-welcome cost): it starts while the server
+checks the join, reads nothing before the joining thread read the welcome, and ends without a word when no
+welcome comes. A real RendezvousLink against a hand-driven server on loopback."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from tests.unit.rdzv_peer import SECRET, exact_reader, wait_until
+from tfdist.launch.elastic import auth
+from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic.client import Refused, RendezvousLink
+
+JOIN = dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
+            versions={"python": "3", "tfdist": "1", "tensorflow": "2"})
+
+
+def _readers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "rdzv-read" and t.is_alive()]
+
+
+class HeldServer:
+    """Proves the secret and reads the join, then does what the test says: welcome (then a round), or close."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.joined = threading.Event()
+        self.answer = threading.Event()
+        self.welcome = True
+        self.conn: socket.socket | None = None
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        self.conn = conn
+        session = auth.server_handshake(conn, SECRET)
+        assert isinstance(M.decode(session.read_frame(exact_reader(conn))), M.Join)
+        self.joined.set()
+        self.answer.wait(30)
+        if not self.welcome:
+            conn.close()
+            return
+        conn.sendall(session.seal(M.encode(M.Welcome(node_id=7))))
+        conn.sendall(session.seal(M.encode(M.Stop(round=0, graceful=True, reason="right after the welcome"))))
+
+    def close(self) -> None:
+        self.answer.set()
+        self.listener.close()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _connect_in_thread(link: RendezvousLink) -> tuple[threading.Thread, dict]:
+    outcome: dict = {}
+
+    def connect() -> None:
+        try:
+            link.connect(dict(JOIN), time.monotonic() + 30, lambda: False)
+            outcome["result"] = "joined"
+        except Exception as bad:  # noqa: BLE001 - the test looks at what came out
+            outcome["result"] = bad
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_the_reader_starts_before_the_welcome_and_the_message_after_the_welcome_reaches_the_agent_in_order():
+    server = HeldServer()
+    before = set(_readers())
+    link = RendezvousLink("127.0.0.1", "127.0.0.1", server.port, 30.0, secret=SECRET)
+    try:
+        thread, outcome = _connect_in_thread(link)
+        assert server.joined.wait(10)
+        # The server holds the welcome: the reader thread is already there (its start is off the welcome's path).
+        wait_until(lambda: len(set(_readers()) - before) == 1, 5.0, "the agent's reader to start")
+        assert thread.is_alive() and link.channel is None  # the joining thread still waits for the welcome
+        server.answer.set()
+        thread.join(10)
+        assert outcome["result"] == "joined"
+        # The welcome was read by the joining thread; the reader delivers what came after it, and only that.
+        message = link.next_message(5.0)
+        assert isinstance(message, M.Stop) and message.reason == "right after the welcome"
+    finally:
+        link.close()
+        server.close()
+
+
+def test_the_reader_ends_without_reading_when_the_server_closes_instead_of_welcoming():
+    server = HeldServer()
+    server.welcome = False
+    before = set(_readers())
+    link = RendezvousLink("127.0.0.1", "127.0.0.1", server.port, 30.0, secret=SECRET)
+    try:
+        thread, outcome = _connect_in_thread(link)
+        assert server.joined.wait(10)
+        wait_until(lambda: len(set(_readers()) - before) == 1, 5.0, "the agent's reader to start")
+        (reader,) = set(_readers()) - before
+        server.answer.set()
+        thread.join(10)
+        assert isinstance(outcome["result"], Refused) and "closed the connection" in outcome["result"].reason
+        reader.join(5.0)
+        assert not reader.is_alive(), "the reader of a connection that was never welcomed still runs"
+        assert link.channel is None
+    finally:
+        link.close()
+        server.close()
