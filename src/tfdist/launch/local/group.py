@@ -2,9 +2,11 @@
 here (those are in ``tfdist.launch.local.rules``), no restarts (``tfdist.launch.local.restart``)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import tempfile
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -93,10 +95,17 @@ class TaskGroup:
     def _write_pids(self) -> None:
         # Which pid is which task: a task started from a warm spare got its TFDIST_* variables after exec, so they
         # are not in /proc/<pid>/environ; operators, the live view and tests read this file instead.
-        tmp = os.path.join(self.attempt_dir, "tasks.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump([{"task": p.name, "pid": p.pid, "address": p.plan.address} for p in self.procs], handle)
-        os.replace(tmp, os.path.join(self.attempt_dir, "tasks.json"))
+        # A temporary file of its own: machines sharing a --log-dir start a round at the same moment, and with one
+        # shared temporary name the second rename found nothing and stopped that machine's launcher.
+        handle, tmp = tempfile.mkstemp(prefix=".tasks.json.", suffix=".tmp", dir=self.attempt_dir)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump([{"task": p.name, "pid": p.pid, "address": p.plan.address} for p in self.procs], stream)
+            os.replace(tmp, os.path.join(self.attempt_dir, "tasks.json"))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def restart_task(self, name: str) -> TaskProcess:
         """Start task ``name`` again, alone, from its own plan (same index, address and TF_CONFIG), in place of its
