@@ -72,10 +72,13 @@ class Agent:
     def err(self) -> str:
         return self.err_path.read_text(errors="replace")
 
-    def wait_for(self, pattern: str, timeout: float = 180, stream: str = "err") -> re.Match:
+    def wait_for(self, pattern: str, timeout: float = 180, stream: str = "err", after: int = 0) -> re.Match:
+        """The first match of ``pattern`` at or after offset ``after`` of the output (a test that waits for a
+        second occurrence of a line passes the end of the first, so the earlier one cannot answer for it)."""
+        compiled = re.compile(pattern, flags=re.M)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = re.search(pattern, self.err if stream == "err" else self.out, flags=re.M)
+            found = compiled.search(self.err if stream == "err" else self.out, after)
             if found:
                 return found
             if self.proc is not None and self.proc.poll() is not None:
