@@ -89,10 +89,18 @@ class Job:
             time.sleep(0.05)
         raise AssertionError(f"no live process for {task}")
 
-    def signal(self, task: str, sig: int) -> int:
-        proc = self.process(task)
-        proc.send_signal(sig)
-        return proc.pid
+    def signal(self, task: str, sig: int, timeout: float = 30) -> int:
+        """Send ``sig`` to the live process of ``task``; one that dies between being found and being signalled is
+        looked up again (as :meth:`process` does), so the signal reaches the task's live process or the test fails
+        saying there is none."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.process(task, timeout=max(0.0, deadline - time.monotonic()))
+            try:
+                proc.send_signal(sig)
+                return proc.pid
+            except psutil.NoSuchProcess:
+                continue
 
     def finish(self, timeout: float = 400) -> int:
         assert self.proc is not None
@@ -115,11 +123,20 @@ def kill_during_save(job: Job, task: str, timeout: float = 30) -> bool:
         except OSError:
             names = []
         if any("_temp" in name for name in names):
-            victim.send_signal(signal.SIGKILL)
-            return True
+            return _kill(victim)
         time.sleep(0.0005)
-    victim.send_signal(signal.SIGKILL)
+    _kill(victim)
     return False
+
+
+def _kill(proc: psutil.Process) -> bool:
+    """SIGKILL ``proc``; False when it had already exited (the test then fails on its own assertion, not on
+    psutil.NoSuchProcess)."""
+    try:
+        proc.send_signal(signal.SIGKILL)
+        return True
+    except psutil.NoSuchProcess:
+        return False
 
 
 def survivors(pids: list[int]) -> list[int]:

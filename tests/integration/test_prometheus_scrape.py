@@ -111,6 +111,16 @@ def _steps(prom: str, job: str) -> dict[str, float]:
     return {r["metric"]["task_index"]: float(r["value"][1]) for r in data["result"]}
 
 
+def _alive(process) -> bool:
+    """True while ``process`` runs and is not a zombie; one that exits while being asked counts as gone."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _task_pid(launcher: subprocess.Popen[bytes], task_type: str, index: int) -> int:
     import psutil
 
@@ -212,7 +222,7 @@ def test_prometheus_scrapes_a_two_worker_job(tmp_path: Path) -> None:
                 launcher.wait()
         stop_process(prom)
         launch_log.close()
-    alive = [p.pid for p in descendants if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [p.pid for p in descendants if _alive(p)]
     assert alive == [], f"task processes left running: {alive}"
     for base in tasks:
         with pytest.raises(OSError):
