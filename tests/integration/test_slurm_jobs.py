@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.slurm_cluster import SlurmCluster, SlurmUnavailable
 from tfdist.cli.main import main
+from tfdist.cluster.grpc_keepalive import keepalive_options
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "src" / "tfdist" / "examples" / "digits.py"
@@ -34,6 +35,7 @@ TINY_TASK = textwrap.dedent('''
     print(f"task={os.environ.get('TFDIST_TASK_TYPE')}:{os.environ.get('TFDIST_TASK_INDEX')} restart={restart} "
           f"legacy_keras={os.environ.get('TF_USE_LEGACY_KERAS', '')} model_dir={os.environ.get('TFDIST_MODEL_DIR')}",
           flush=True)
+    print("grpc_options=" + os.environ.get("TF_GRPC_DEFAULT_OPTIONS", "(unset)"), flush=True)
     if mode == "fail-once" and restart == "0" and rank == "1":
         sys.exit(1)
     if mode == "wait-for-term" and restart == "0":
@@ -110,6 +112,7 @@ def test_each_task_gets_its_tf_config_and_a_failed_step_is_restarted(slurm, tmp_
                           "task": {"type": "worker", "index": rank}}
         assert f"task=worker:{rank} restart=1" in logs[(1, rank)]
         assert "model_dir=checkpoints/tiny" in logs[(1, rank)]
+        assert "grpc_options=(unset)\n" in logs[(1, rank)]  # a collective job: no coordinator to keep alive
     assert "restarting all of them" in batch
     assert (tmp_path / "checkpoints" / "tiny").is_dir()
 
@@ -136,6 +139,26 @@ def test_sigterm_before_the_time_limit_stops_the_tasks_and_requeues(slurm, tmp_p
     assert "requeueing" in batch
     logs = _task_logs(tmp_path, job_id)
     assert "restart=1" in logs[(1, 0)] and "restart=1" in logs[(1, 1)]
+
+
+def test_every_task_of_a_parameter_server_job_gets_grpc_keepalive_unless_the_submitter_set_it(slurm, tmp_path,
+                                                                                                capsys):
+    # Without keep-alive the chief waits for ever on a worker that stops answering (a frozen task, a node cut off).
+    script = _tiny(tmp_path)
+    # Two tasks (the test node may have only 2 CPUs): worker 0, which acts as chief, and one parameter server.
+    job = _write_job(tmp_path, capsys, "-N", "1", "-T", "2", "--ps", "1", "--max-restarts", "0", "-J", "tiny-ps",
+                     str(script), str(tmp_path / "markers"), "exit")
+    for submitted, expected in (({}, keepalive_options()), ({"TF_GRPC_DEFAULT_OPTIONS": "grpc.keepalive_time_ms=7"},
+                                                             "grpc.keepalive_time_ms=7")):
+        job_id = slurm.submit(job, cwd=tmp_path, env=submitted)
+        record = slurm.wait(job_id, timeout=90)
+        batch = _batch_log(tmp_path, job_id)
+        assert record["JobState"] == "COMPLETED", batch
+        logs = _task_logs(tmp_path, job_id)
+        assert set(logs) == {(0, 0), (0, 1)}, batch
+        for rank, task in ((0, "worker:0"), (1, "ps:0")):
+            assert f"task={task} " in logs[(0, rank)]
+            assert f"grpc_options={expected}\n" in logs[(0, rank)], logs[(0, rank)]
 
 
 # ------------------------------------------------------------------------------------------ the digits example

@@ -213,3 +213,31 @@ def test_task_environment_keeps_the_callers_choices():
     assert env["TF_CONFIG"] == given and env["TF_USE_LEGACY_KERAS"] == "0"
     assert "TF_USE_LEGACY_KERAS" not in task_environment({}, legacy_keras_available=False)
     assert "TF_CONFIG" not in task_environment({})
+
+
+# Which tasks started through `tfdist tf-config --exec` (the Slurm script's and tfdist k8s pods' way) get gRPC
+# keep-alive: every task of a cluster with parameter servers, as under `tfdist launch --ps`; never over a value the
+# task's environment already has (the submitter's, the image's, the manifest's), even an empty one.
+_PS_CONFIG = json.dumps({"cluster": {"chief": ["c:1"], "worker": ["w:1", "w:2"], "ps": ["p:1"]},
+                         "task": {"type": "worker", "index": 1}})
+_MINE = "grpc.keepalive_time_ms=1"
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    (slurm_env("n[1-3]", "1(x3)", 0, TFDIST_SLURM_PS="1"), "tfdist's"),           # worker:0 of a Slurm PS job
+    (slurm_env("n[1-3]", "1(x3)", 2, TFDIST_SLURM_PS="1"), "tfdist's"),           # the parameter server itself
+    (slurm_env("n[1-3]", "1(x3)", 0, TFDIST_SLURM_CHIEF="1", TFDIST_SLURM_PS="1"), "tfdist's"),
+    ({"TF_CONFIG": _PS_CONFIG}, "tfdist's"),                                        # TFJob: the operator's TF_CONFIG
+    ({"JOB_COMPLETION_INDEX": "0", "TFDIST_K8S_REPLICAS": "chief=1,worker=2,ps=1", "JOBSET_NAME": "d",
+      "REPLICATED_JOB_NAME": "ps"}, "tfdist's"),                                   # a JobSet's parameter server
+    (slurm_env("n[1-3]", "1(x3)", 0), None),                                         # MultiWorkerMirrored: no ps
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})}, None),
+    ({}, None),                                                                      # no cluster at all
+    (slurm_env("n[1-3]", "1(x3)", 0, TFDIST_SLURM_PS="1", TF_GRPC_DEFAULT_OPTIONS=_MINE), _MINE),
+    ({"TF_CONFIG": _PS_CONFIG, "TF_GRPC_DEFAULT_OPTIONS": ""}, ""),                 # empty: the user's "off"
+])
+def test_task_environment_gives_ps_clusters_grpc_keepalive_unless_set(environ, expected):
+    from tfdist.cluster.grpc_keepalive import keepalive_options
+
+    want = keepalive_options() if expected == "tfdist's" else expected
+    assert task_environment(environ).get("TF_GRPC_DEFAULT_OPTIONS") == want

@@ -1,9 +1,11 @@
 """Which tasks get gRPC keep-alive (TF_GRPC_DEFAULT_OPTIONS), and that the user's value always wins."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tfdist.launch.local.grpc_keepalive import keepalive_env, keepalive_options
+from tfdist.cluster.grpc_keepalive import keepalive_env, keepalive_options
 from tfdist.launch.local.taskenv import shared_env
 from tfdist.launch.spec import LaunchSpec
 from tfdist.protocol import GRPC_DEFAULT_OPTIONS, PROTECTED, VARIABLES
@@ -39,3 +41,12 @@ def test_every_task_of_a_ps_job_gets_it_and_env_wins():
     user = LaunchSpec(command=("x",), workers=2, ps=1, chief=True, env=((GRPC_DEFAULT_OPTIONS, MINE),))
     assert shared_env(user, None)[GRPC_DEFAULT_OPTIONS] == MINE
     assert GRPC_DEFAULT_OPTIONS in VARIABLES and GRPC_DEFAULT_OPTIONS not in PROTECTED
+
+
+def test_the_keepalive_values_are_written_once():
+    # One fact, one place: the launcher (taskenv) and tf-config --exec (the Slurm and Kubernetes jobs) import it.
+    # TF_GRPC_DEFAULT_OPTIONS's syntax is name=value (the etcd client's own channel options are another matter).
+    src = Path(__file__).resolve().parents[2] / "src" / "tfdist"
+    owners = sorted(str(path.relative_to(src)) for path in src.rglob("*.py")
+                    if "keepalive_time_ms=" in path.read_text(encoding="utf-8"))
+    assert owners == ["cluster/grpc_keepalive.py"]

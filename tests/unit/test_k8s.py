@@ -4,6 +4,10 @@ resolves to matching the DNS names the manifests create."""
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +17,8 @@ import yaml
 
 from tfdist.deploy.k8s import K8sJobSpec, defaults, manifests, render_manifests
 from tfdist.errors import UsageError
-from tfdist.cluster.resolve import resolve_tf_config
+from tfdist.cluster.grpc_keepalive import keepalive_options
+from tfdist.cluster.resolve import resolve_tf_config, task_environment
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "tests" / "golden" / "k8s" / "crd" / "kubeflow.org_tfjobs.crd.yaml"
@@ -233,6 +238,67 @@ def test_indexed_job_pods_resolve_to_their_own_host_names():
         assert config["cluster"] == {"chief": everyone[:1], "worker": everyone[1:]}
         address = (config["cluster"][config["task"]["type"]][config["task"]["index"]])
         assert address.startswith(f"{job_name}-{index}.")
+
+
+def _jobset_pods(job_spec: K8sJobSpec):
+    """(role, index, container, the environment Kubernetes gives it) for every pod of the spec's JobSet."""
+    (jobset,) = manifests(job_spec)
+    name = jobset["metadata"]["name"]
+    for rj in jobset["spec"]["replicatedJobs"]:
+        (container,) = rj["template"]["spec"]["template"]["spec"]["containers"]
+        annotations = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": rj["name"],
+                       "jobset.sigs.k8s.io/restart-attempt": "0"}
+        for index in range(rj["template"]["spec"]["completions"]):
+            yield rj["name"], index, container, _pod_env(container, annotations, {}, index)
+
+
+def _started(container: dict, pod_env: dict[str, str]) -> dict[str, str]:
+    """Run the container's command as the pod would (`tfdist tf-config --exec -- ...`, the program replaced by one
+    that prints its environment) and return the environment the training program got."""
+    assert container["command"][:4] == ["tfdist", "tf-config", "--exec", "--"]
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "TFDIST_", "TF_", "JOB"))}
+    result = subprocess.run([sys.executable, "-m", "tfdist", *container["command"][1:4], sys.executable, "-c", show],
+                            env={**base, **pod_env}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_every_pod_of_a_parameter_server_job_starts_with_grpc_keepalive():
+    # Without it the chief's coordinator waits for ever on a worker that stops answering (a cut-off node, a frozen
+    # pod); tf-config --exec sets it, so the manifests never do: an image's or a hand-edited manifest's value wins.
+    ps_job = spec("jobset", workers=2, chief=True, ps=1, evaluator=True)
+    pods = list(_jobset_pods(ps_job))
+    assert len(pods) == 5
+    for role, index, container, pod_env in pods:
+        assert "TF_GRPC_DEFAULT_OPTIONS" not in {item["name"] for item in container["env"]}
+        assert task_environment(pod_env)["TF_GRPC_DEFAULT_OPTIONS"] == keepalive_options(), (role, index)
+    role, index, container, pod_env = next(pod for pod in pods if pod[0] == "worker" and pod[1] == 1)
+    started = _started(container, pod_env)
+    assert (started["TFDIST_TASK_TYPE"], started["TFDIST_TASK_INDEX"]) == ("worker", "1")
+    assert started["TF_GRPC_DEFAULT_OPTIONS"] == keepalive_options()
+    # A value the pod already has (the image's ENV, the manifest edited by hand) is kept, even an empty one.
+    assert _started(container, {**pod_env, "TF_GRPC_DEFAULT_OPTIONS": ""})["TF_GRPC_DEFAULT_OPTIONS"] == ""
+    assert "gRPC keep-alive (TF_GRPC_DEFAULT_OPTIONS)" in render_manifests(ps_job).split("\n---", 1)[0]
+    assert "TF_GRPC_DEFAULT_OPTIONS" not in render_manifests(spec("jobset", workers=2, chief=True))
+    # MultiWorkerMirroredStrategy: no parameter servers, nothing set.
+    for _, _, _, pod_env in _jobset_pods(spec("jobset", workers=2, chief=True)):
+        assert "TF_GRPC_DEFAULT_OPTIONS" not in task_environment(pod_env)
+
+
+def test_tfjob_parameter_server_pods_get_grpc_keepalive_from_the_operators_tf_config():
+    (tfjob,) = manifests(spec("tfjob", workers=2, chief=True, ps=1))
+    replicas = tfjob["spec"]["tfReplicaSpecs"]
+    # What the operator injects: one address per replica, by its own service names.
+    cluster = {role.lower(): [f"digits-{role.lower()}-{i}.ns.svc:2222" for i in range(body["replicas"])]
+               for role, body in replicas.items()}
+    for role, body in replicas.items():
+        (container,) = body["template"]["spec"]["containers"]
+        pod_env = {item["name"]: item["value"] for item in container["env"]}
+        for index in range(body["replicas"]):
+            operator = json.dumps({"cluster": cluster, "task": {"type": role.lower(), "index": index}})
+            assert task_environment({**pod_env, "TF_CONFIG": operator})["TF_GRPC_DEFAULT_OPTIONS"] == \
+                keepalive_options()
 
 
 # ---------------------------------------------------------------------------------------------- input checks

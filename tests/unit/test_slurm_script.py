@@ -70,6 +70,9 @@ def test_directives_and_settings():
     assert "export TFDIST_SLURM_PORT_BASE=${TFDIST_SLURM_PORT_BASE:-30000}" in text
     assert "export TFDIST_SLURM_CHIEF=1" in text and "export TFDIST_SLURM_PS=1" in text
     assert "export TFDIST_SLURM_EVALUATOR=1" in text
+    # The reader learns where a parameter-server job's keep-alive comes from (tf-config --exec, not this file).
+    assert "gRPC keep-alive (TF_GRPC_DEFAULT_OPTIONS)" in text
+    assert "export TF_GRPC_DEFAULT_OPTIONS" not in text  # set at run time, so the submitter's value wins
     assert "'/shared/run 1'" in text  # arguments survive word splitting
     assert "{{" not in text
 
@@ -78,6 +81,7 @@ def test_plain_script_has_no_optional_directives():
     found = directives(render_sbatch(VARIANTS["plain"]))
     assert not {"gpus-per-task", "partition", "time", "cpus-per-task"} & set(found)
     assert "export TFDIST_SLURM_PORT_BASE" not in render_sbatch(VARIANTS["plain"])  # derived from the job id
+    assert "TF_GRPC_DEFAULT_OPTIONS" not in render_sbatch(VARIANTS["plain"])  # no parameter servers
 
 
 def test_arguments_reach_the_script_verbatim(tmp_path):

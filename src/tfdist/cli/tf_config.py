@@ -18,8 +18,9 @@ from tfdist.cli.common import emit_json, option
 @option("--json", "as_json", is_flag=True, help="Print a versioned document with the source instead of bare TF_CONFIG.")
 @option("--exec", "do_exec", is_flag=True, hidden=True,
         help="Internal (used by the sbatch script and the Kubernetes manifests): export TF_CONFIG, "
-             "TFDIST_TASK_TYPE/INDEX, TF_USE_LEGACY_KERAS=1 (when tf_keras is installed) and, under Slurm with "
-             "TFDIST_SLURM_METRICS_PORT, this task's TFDIST_METRICS_PORT/HOST, then exec COMMAND.")
+             "TFDIST_TASK_TYPE/INDEX, TF_USE_LEGACY_KERAS=1 (when tf_keras is installed), gRPC keep-alive "
+             "(TF_GRPC_DEFAULT_OPTIONS, when the cluster has parameter servers and it is not set) and, under Slurm "
+             "with TFDIST_SLURM_METRICS_PORT, this task's TFDIST_METRICS_PORT/HOST, then exec COMMAND.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def command(source: str, as_json: bool, do_exec: bool, command: tuple[str, ...]) -> int:
     """Print the TF_CONFIG this process resolves to, as JSON.

@@ -32,6 +32,7 @@ import re
 from typing import Mapping
 
 from tfdist.cluster.address import check_host, check_port, format_address
+from tfdist.cluster.grpc_keepalive import keepalive_env
 from tfdist.cluster.hostlist import expand_hostlist, expand_tasks_per_node
 from tfdist.cluster.limits import MAX_DIGITS, MAX_TASKS
 from tfdist.cluster.roles import ALL_ROLES
@@ -328,11 +329,14 @@ def _from_k8s(environ: Mapping[str, str], *, required: bool) -> TfConfig | None:
 
 def task_environment(environ: Mapping[str, str], source: str = "auto", *,
                      legacy_keras_available: bool = False) -> dict[str, str]:
-    """``environ`` plus what a training task needs: TF_CONFIG, TFDIST_TASK_TYPE/INDEX, TF_USE_LEGACY_KERAS.
+    """``environ`` plus what a training task needs: TF_CONFIG, TFDIST_TASK_TYPE/INDEX, TF_USE_LEGACY_KERAS and, in a
+    cluster with parameter servers, TF_GRPC_DEFAULT_OPTIONS.
 
     Used by ``tfdist tf-config --exec`` (the sbatch script and Kubernetes pods start every task through it).
     A TF_CONFIG already present is kept as it is; TF_USE_LEGACY_KERAS is set to 1 only when tf_keras is installed
-    and the caller has not chosen, since Keras 3 cannot run multi-worker ``fit``.
+    and the caller has not chosen, since Keras 3 cannot run multi-worker ``fit``. The gRPC keep-alive follows the
+    launcher's rule (:func:`tfdist.cluster.grpc_keepalive.keepalive_env`): set for every task of a cluster with
+    parameter servers, never over a value ``environ`` already has (the submitter's, the image's, the manifest's).
 
     Args:
         environ: the current environment.
@@ -347,6 +351,7 @@ def task_environment(environ: Mapping[str, str], source: str = "auto", *,
         if resolved.task is not None:
             env[TASK_TYPE] = resolved.task.type
             env[TASK_INDEX] = str(resolved.task.index)
+        env.update(keepalive_env(len(resolved.cluster.get("ps", ())), environ))
     if legacy_keras_available and LEGACY_KERAS not in env:
         env[LEGACY_KERAS] = "1"
     return env

@@ -27,6 +27,7 @@ from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
 from tfdist.cluster import TaskId, leader_of
 from tfdist.cluster import resolve as names
+from tfdist.cluster.grpc_keepalive import JOB_FILE_NOTE
 
 KINDS = ("tfjob", "jobset", "indexed-job")
 TFJOB_REPLICA_KEYS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
@@ -341,7 +342,8 @@ def render_manifests(spec: K8sJobSpec) -> str:
     """The objects as one multi-document YAML text with a short header."""
     header = (f"# Written by `tfdist k8s` (tfdist {__version__}): {spec.kind}, "
               + ", ".join(f"{n} {r}" for r, n in spec.replicas().items())
-              + ".\n# Apply with: kubectl apply -f <this file>\n")
+              + ".\n# Apply with: kubectl apply -f <this file>\n"
+              + "".join(f"# {line}\n" for line in (JOB_FILE_NOTE if spec.ps else ())))
     body = yaml.dump_all(manifests(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
                          explicit_start=True)
     return header + body

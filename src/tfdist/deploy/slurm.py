@@ -14,6 +14,7 @@ from importlib import resources
 from tfdist import __version__, quote, validate
 from tfdist.errors import UsageError
 from tfdist.cluster.slurm_metrics import SLURM_METRICS_HOST, SLURM_METRICS_PORT, valid_host
+from tfdist.cluster.grpc_keepalive import JOB_FILE_NOTE
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
@@ -163,6 +164,7 @@ def _role_lines(spec: SlurmJobSpec) -> str:
         lines.append("export TFDIST_SLURM_CHIEF=1")
     if spec.ps:
         lines.append(f"export TFDIST_SLURM_PS={spec.ps}")
+        lines.extend(f"# {line}" for line in JOB_FILE_NOTE)
     if spec.evaluator:
         lines.append("export TFDIST_SLURM_EVALUATOR=1")
     if spec.metrics_port is not None:

@@ -86,8 +86,9 @@ REGISTRY: tuple[EnvVar, ...] = (
     EnvVar("TF_NUM_INTRAOP_THREADS", SetBy.LAUNCHER_DEFAULT,
            "TensorFlow's intra-op thread pool, capped to this task's share of the CPU cores"),
     EnvVar("OMP_NUM_THREADS", SetBy.LAUNCHER_DEFAULT, "OpenMP threads, capped to this task's share of the CPU cores"),
-    EnvVar(GRPC_DEFAULT_OPTIONS, SetBy.LAUNCHER_DEFAULT, "with --ps: gRPC keep-alive for TensorFlow's channels, so "
-           "the chief sees a silent worker (stopped, machine cut off) as failed and trains on without it"),
+    EnvVar(GRPC_DEFAULT_OPTIONS, SetBy.LAUNCHER_DEFAULT, "with --ps (and in Slurm and Kubernetes jobs with parameter "
+           "servers, from tf-config --exec): gRPC keep-alive for TensorFlow's channels, so the chief sees a silent "
+           "worker (stopped, machine cut off) as failed and trains on without it"),
     EnvVar(MODEL_DIR, SetBy.DEPLOY, "checkpoints and TensorBoard logs, on storage every node sees"),
     EnvVar("TFDIST_SLURM_PORT_BASE", SetBy.DEPLOY, "first port of this Slurm job's tasks on each node"),
     EnvVar("TFDIST_SLURM_CHIEF", SetBy.DEPLOY, "1: Slurm rank 0 is the chief"),

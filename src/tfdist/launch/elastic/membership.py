@@ -19,7 +19,7 @@ Rules (torchrun's, with Horovod's blacklist):
   at the current step: the preemption path) once every machine of the round trains;
 - except a lost machine of a ParameterServerStrategy round that ran only workers: the round goes on (the chief's
   ClusterCoordinator re-runs their steps on the other workers; it sees a silent worker fail through the gRPC
-  keep-alive tfdist sets, ``tfdist.launch.local.grpc_keepalive``) and its seat is kept: when a machine with the same
+  keep-alive tfdist sets, ``tfdist.cluster.grpc_keepalive``) and its seat is kept: when a machine with the same
   name and address is ready again while the round runs, it is sent the running round for that seat alone
   (``StartRound.rejoin``) and its workers start at their old addresses, where the coordinator takes them back;
 - the job is over once the leader's machine succeeded and every machine of the round reported, or ``after_success``

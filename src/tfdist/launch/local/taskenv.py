@@ -11,7 +11,7 @@ from tfdist.errors import UsageError
 from tfdist import protocol as C
 from tfdist.protocol import TaskPlan, bootstrap_environment, refuse_protected
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.local.grpc_keepalive import keepalive_env
+from tfdist.cluster.grpc_keepalive import keepalive_env
 from tfdist.launch.local.layout import ClusterLayout, TaskId, tf_config_for
 
 __all__ = ["TaskPlan", "assign_gpus", "count_tasks", "layout_for", "parse_env_pairs", "plan_tasks", "visible_gpus"]

@@ -12,6 +12,11 @@ Only the client's keep-alive is set: TensorFlow's servers keep gRPC's server def
 before a GOAWAY "too_many_pings"), and the client's default ``grpc.http2.max_pings_without_data`` (2) keeps it under
 that. Measured on the 2-core test host (one machine, digits example, worker:1 SIGSTOPped after epoch 1): with the
 options below the chief trained on; without them it stayed at its step until --hang-timeout.
+
+The one place of this fact, in ``cluster`` so that every room may use it: ``tfdist launch`` gives it to its tasks
+(``launch.local.taskenv.shared_env``), and ``tfdist tf-config --exec``, through which the Slurm script and the
+Kubernetes pods that ``tfdist slurm`` / ``tfdist k8s`` write start every task, gives it to the tasks of a resolved
+cluster with parameter servers (``cluster.resolve.task_environment``). Both apply the same rule, :func:`keepalive_env`.
 """
 from __future__ import annotations
 
@@ -31,9 +36,19 @@ def keepalive_options() -> str:
 
 
 def keepalive_env(ps: int, environ: Mapping[str, str]) -> dict[str, str]:
-    """``{TF_GRPC_DEFAULT_OPTIONS: ...}`` for a job with parameter servers, unless the launcher's environment already
-    sets it (the user's value wins; ``--env`` wins too, applied after launcher defaults); nothing otherwise
+    """``{TF_GRPC_DEFAULT_OPTIONS: ...}`` for a job with parameter servers, unless ``environ`` (the launcher's, or the
+    task's own before ``tf-config --exec``) already sets it, even empty: the user's value wins (``--env`` wins too,
+    applied after launcher defaults); nothing otherwise
     (MultiWorkerMirroredStrategy jobs fail on a lost peer through the collective timeout and the launcher's rules)."""
     if ps <= 0 or GRPC_DEFAULT_OPTIONS in environ:
         return {}
     return {GRPC_DEFAULT_OPTIONS: keepalive_options()}
+
+
+# Written into the job files of parameter-server jobs (``tfdist slurm``, ``tfdist k8s``), whose tasks get the
+# keep-alive at run time from ``tf-config --exec`` rather than from the file, so that a value set before wins.
+JOB_FILE_NOTE = (
+    f"Parameter servers: `tfdist tf-config --exec` gives every task gRPC keep-alive ({GRPC_DEFAULT_OPTIONS})",
+    "unless its environment already sets it (empty: off), so the chief drops a worker that stops answering",
+    "(a frozen task, a node cut off) within about 30 s instead of waiting for it for ever.",
+)
