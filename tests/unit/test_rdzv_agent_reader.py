@@ -10,6 +10,7 @@ import time
 from tests.unit.rdzv_peer import SECRET, exact_reader, wait_until
 from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
+from tfdist.launch.elastic import wire
 from tfdist.launch.elastic.client import Refused, RendezvousLink
 
 JOIN = dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
@@ -110,3 +111,36 @@ def test_the_reader_ends_without_reading_when_the_server_closes_instead_of_welco
     finally:
         link.close()
         server.close()
+
+
+def _channel_pair(**options) -> tuple[wire.Channel, socket.socket, auth.Session]:
+    mine, theirs = socket.socketpair()
+    nonces = bytes(range(32)), bytes(range(32, 64))
+    channel = wire.Channel(mine, auth.Session(SECRET, *nonces, is_server=False), send_timeout=5.0, **options)
+    return channel, theirs, auth.Session(SECRET, *nonces, is_server=True)
+
+
+def test_closing_a_link_with_nothing_queued_starts_no_writer_just_to_end_it():
+    # An agent that leaves right after its welcome: close() drains first; with nothing to send it must not start
+    # the writer thread (about 0.1 ms and a thread join) only for that thread to end at once.
+    channel, theirs, _ = _channel_pair(keepalive=60.0, held=True)
+    try:
+        channel.drain(1.0)
+        assert channel._writer is None
+    finally:
+        channel.close()
+        theirs.close()
+
+
+def test_draining_still_sends_what_was_queued_before_closing():
+    channel, theirs, peer = _channel_pair(keepalive=60.0, held=True)
+    try:
+        assert channel.send(M.Stop(round=3, graceful=True, reason="bye"))
+        channel.drain(5.0)
+        assert channel._writer is not None and not channel._writer.is_alive()
+        theirs.settimeout(5.0)
+        message = M.decode(peer.read_frame(exact_reader(theirs)))
+        assert isinstance(message, M.Stop) and message.reason == "bye"
+    finally:
+        channel.close()
+        theirs.close()

@@ -220,7 +220,11 @@ class Channel:
 
     def drain(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the queued messages to go out (a last ``finish`` or ``refused``); the writer
-        ends after them."""
+        ends after them. Nothing queued and no writer yet (a connection closed right after its welcome): nothing to
+        wait for, and no writer is started just to end."""
+        with self._start_lock:
+            if self._writer is None and self._outbox.empty():
+                return
         try:
             self._outbox.put(None, timeout=timeout)
         except queue.Full:
