@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -96,18 +97,32 @@ def test_lock_docker_install_and_tf_config_exec(tmp_path: Path, monkeypatch: pyt
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     run_dir = tmp_path / "run"
-    tasks = []
-    for index in range(2):
-        task_env = {**env, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        tasks.append(subprocess.Popen(
-            [str(env_dir / "bin" / "tfdist"), "tf-config", "--exec", "--", "python", "-m", "tfdist.examples.digits",
-             "--epochs", "2", "--model-dir", str(run_dir)],
-            cwd=tmp_path, env=task_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = []
-    for task in tasks:
-        out, err = task.communicate(timeout=600)
-        outputs.append(out)
-        assert task.returncode == 0, err[-3000:]
+    tasks: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(2):
+            task_env = {**env,
+                        "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+            # Output to files, not pipes: waiting on one worker while the other's undrained pipe fills would stop
+            # that one in a write, and the first then waits for it in the next collective.
+            with open(tmp_path / f"worker-{index}.out", "wb") as out, \
+                    open(tmp_path / f"worker-{index}.err", "wb") as err:
+                tasks.append(subprocess.Popen(
+                    [str(env_dir / "bin" / "tfdist"), "tf-config", "--exec", "--", "python", "-m",
+                     "tfdist.examples.digits", "--epochs", "2", "--model-dir", str(run_dir)],
+                    cwd=tmp_path, env=task_env, stdout=out, stderr=err))
+        # Until both are done or one failed (its peer would wait for it in the next collective until the deadline).
+        deadline = time.monotonic() + 600
+        while any(t.poll() is None for t in tasks) and all(t.poll() in (None, 0) for t in tasks):
+            assert time.monotonic() < deadline, "the workers did not finish within 600 s"
+            time.sleep(0.2)
+        codes = [task.poll() for task in tasks]
+    finally:
+        for task in tasks:  # a worker left waiting for a peer that failed is stopped with the test
+            if task.poll() is None:
+                task.kill()
+                task.wait()
+    outputs = [(tmp_path / f"worker-{index}.out").read_text(errors="replace") for index in range(2)]
+    assert codes == [0, 0], [(tmp_path / f"worker-{i}.err").read_text(errors="replace")[-1500:] for i in range(2)]
     accuracy = float(re.search(r"^final_accuracy=([0-9.]+)$", outputs[0], re.MULTILINE).group(1))
     assert accuracy >= 0.85
     checksums = {re.search(r"^weights_checksum=(\S+)$", out, re.MULTILINE).group(1) for out in outputs}
