@@ -113,16 +113,22 @@ class Job:
 
 
 def kill_during_save(job: Job, task: str, timeout: float = 30) -> bool:
-    """SIGKILL ``task`` while TensorFlow is writing a backup (a ``*_temp*`` entry exists). True if caught mid-save."""
+    """SIGKILL ``task`` while TensorFlow is writing a backup (a ``*_temp*`` entry appears). True if caught mid-save.
+
+    A ``_temp`` entry already there is not a save in progress: a save cut short by an earlier fault leaves one."""
+
+    def temporaries() -> set[str]:
+        try:
+            return {name for name in os.listdir(chief_dir) if "_temp" in name}
+        except OSError:
+            return set()
+
     chief_dir = job.model_dir / "backup" / "chief"
     victim = job.process(task)
+    left_over = temporaries()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            names = os.listdir(chief_dir)
-        except OSError:
-            names = []
-        if any("_temp" in name for name in names):
+        if temporaries() - left_over:
             return _kill(victim)
         time.sleep(0.0005)
     _kill(victim)
