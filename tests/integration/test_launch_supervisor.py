@@ -126,6 +126,40 @@ def test_a_parameter_server_job_restarts_a_failed_worker_alone_in_place(tmp_path
     assert [(e["task"], e["pid"]) for e in events if e["event"] == "task-restarted"] == [("worker:1", second)]
 
 
+def test_a_parameter_server_job_restarts_a_stopped_worker_alone_in_place(tmp_path):
+    # A SIGSTOPped worker never exits: the chief drops it (gRPC keep-alive) and it used to stay stopped until the job
+    # ended. Silent for --hang-timeout, it is killed and started again alone, as a worker that exited would be.
+    # No warm spares: a spare imports TensorFlow first, which on a loaded machine can outlast the chief's 30 s of
+    # steps (the chief then waits for worker:1's second start without heartbeats, and is rightly found hung).
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--ps", "1", "--chief", "--max-restarts", "2",
+         "--backoff", "0", "--hang-timeout", "5", "--log-dir", str(logs), "--no-warm-spares", FAKE, str(out),
+         "--sleep", "30", "--wait-starts", "worker-1:2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    first = None
+    try:
+        deadline = time.monotonic() + 60
+        while not _starts(out, "worker-1"):
+            assert time.monotonic() < deadline and launcher.poll() is None, "worker:1 never started"
+            time.sleep(0.05)
+        first = _starts(out, "worker-1")[0]
+        os.kill(first, signal.SIGSTOP)
+        _, err = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 0, err
+    assert "worker:1 stopped (SIGSTOP) and silent for 5s: restarting worker:1 alone, in place (1/2)" in err, err
+    assert "restarting the group" not in err and not (logs / "attempt-1").exists(), err
+    assert [len(_starts(out, t)) for t in ("chief-0", "ps-0", "worker-0", "worker-1")] == [1, 1, 1, 2]
+    second = _starts(out, "worker-1")[1]
+    assert f"worker:1 restarted in place: pid {second} 127.0.0.1:" in err
+    assert wait_gone([first]) == [], "the stopped worker was killed, not left behind"
+    events = [json.loads(line) for line in (logs / "events.jsonl").read_text().splitlines()]
+    assert [(e["task"], e["pid"]) for e in events if e["event"] == "task-restarted"] == [("worker:1", second)]
+
+
 def test_a_worker_that_used_its_own_restarts_fails_the_attempt(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", "--ps", "1", "--chief", "--max-restarts", "1", "--backoff", "0", FAKE, str(out),

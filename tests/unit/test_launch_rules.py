@@ -85,6 +85,7 @@ def test_parameter_server_exit_fails_the_attempt(mix, code):
 
 
 # Under ParameterServerStrategy a failed worker is restarted alone, in place; ps and chief failures end the attempt.
+STOPPED = dict(stopped=True, heartbeat_age=HANG + 1)
 PS_CASES = {  # name: (changes, expected action, culprit, tasks restarted alone)
     "worker killed": ({"worker:1": ended(-9)}, GroupAction.RESTART_TASKS, "worker:1", ("worker:1",)),
     "worker crashed": ({"worker:0": ended(1)}, GroupAction.RESTART_TASKS, "worker:0", ("worker:0",)),
@@ -102,6 +103,22 @@ PS_CASES = {  # name: (changes, expected action, culprit, tasks restarted alone)
                            "chief:0", ()),
     "hung chief wins over a restart": ({"worker:1": ended(-9), "chief:0": dict(heartbeat_age=HANG + 1)},
                                        GroupAction.FAIL, "chief:0", ()),
+    # A worker stopped (SIGSTOP) and silent for the hang timeout: the chief dropped it; restarted alone, in place.
+    "worker stopped and silent": ({"worker:1": STOPPED}, GroupAction.RESTART_TASKS, "worker:1", ("worker:1",)),
+    "worker stopped, no heartbeats, quiet": ({"worker:1": dict(STOPPED, heartbeat=None, heartbeat_age=None,
+                                                               quiet_for=HANG + 1)},
+                                             GroupAction.RESTART_TASKS, "worker:1", ("worker:1",)),
+    "worker stopped, not yet for the timeout": ({"worker:1": dict(STOPPED, heartbeat_age=HANG - 1)},
+                                                GroupAction.CONTINUE, None, ()),
+    "worker silent but running (idle: the chief saving)": ({"worker:1": dict(heartbeat=None, heartbeat_age=None,
+                                                                             quiet_for=HANG + 60)},
+                                                           GroupAction.CONTINUE, None, ()),
+    "exited workers first, then the stopped one": ({"worker:0": STOPPED, "worker:1": ended(-9)},
+                                                   GroupAction.RESTART_TASKS, "worker:1", ("worker:1", "worker:0")),
+    "a stopped worker is the root cause of a ps failure": ({"worker:1": STOPPED, "ps:0": ended(-6)},
+                                                           GroupAction.FAIL, "worker:1", ()),
+    "hung chief wins over a stopped worker": ({"worker:1": STOPPED, "chief:0": dict(heartbeat_age=HANG + 1)},
+                                              GroupAction.FAIL, "chief:0", ()),
 }
 
 
@@ -112,6 +129,17 @@ def test_parameter_server_jobs_restart_a_failed_worker_alone(mix, case):
     spec = spec_for(mix)
     verdict = decide(snap(spec, changes), spec)
     assert (verdict.action, verdict.culprit, verdict.restart) == (action, culprit, restart)
+
+
+def test_a_stopped_worker_restarted_alone_is_reported_as_hung():
+    spec = spec_for("ps")
+    verdict = decide(snap(spec, {"worker:1": STOPPED}), spec)
+    assert (verdict.cause, verdict.detail) == (Cause.HUNG, f"stopped (SIGSTOP) and silent for {HANG:g}s")
+    off = LaunchSpec(command=("x",), timeouts=Timeouts(hang=0), **ROLE_MIXES["ps"])  # --hang-timeout 0: no hang watch, nothing restarted
+    assert decide(snap(off, {"worker:1": STOPPED}), off).action is GroupAction.CONTINUE
+    # Without parameter servers a stopped worker is a hang of the whole group (every peer waits in a collective).
+    mwms = spec_for("workers")
+    assert decide(snap(mwms, {"worker:1": STOPPED}), mwms).action is GroupAction.FAIL
 
 
 def test_without_parameter_servers_a_failed_worker_still_fails_the_attempt():

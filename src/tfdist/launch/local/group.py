@@ -25,6 +25,7 @@ from tfdist.launch.process.spare_pool import SparePool
 # Lines in a task's stderr that mean it lost the race for its port (gRPC and Python spellings).
 PORT_CONFLICT_MARKERS = ("Address already in use", "Failed to add port", "EADDRINUSE", "Could not start gRPC server")
 PORT_RACE_WINDOW_S = 60.0  # a bind failure later than this is not a start-up race
+KILL_WAIT_S = 5.0  # restart_task: how long a killed hung task may take to die before its successor starts
 # A C++ runtime that could not create a thread (or a process) aborts with these: the machine was short of threads or
 # processes for a moment (RLIMIT_NPROC, the pids cgroup), which a retry may well not meet again.
 TRANSIENT_MARKERS = ("Resource temporarily unavailable", "pthread_create", "std::system_error",
@@ -109,10 +110,15 @@ class TaskGroup:
 
     def restart_task(self, name: str) -> TaskProcess:
         """Start task ``name`` again, alone, from its own plan (same index, address and TF_CONFIG), in place of its
-        exited process; its log file goes on (appended). The other tasks are not touched."""
+        exited (or hung: killed here) process; its log file goes on (appended). The other tasks are not touched."""
         index = next(i for i, p in enumerate(self.procs) if p.name == name)
         old = self.procs[index]
         old.signal_group(signal.SIGKILL)  # what it started itself, if anything is left of its process group
+        # A hung task still runs: it must be gone before its successor binds the same address (bounded: a task
+        # stuck in the kernel is left behind, and its successor, finding the port taken, ends the attempt).
+        deadline = time.monotonic() + KILL_WAIT_S
+        while old.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         log_path = old.log_path
         proc = self._from_spare(old.plan, log_path)
         if proc is None:

@@ -12,7 +12,10 @@ Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent us
    (``restart-tasks``: same index, address and TF_CONFIG) while the rest keep running: the chief's ClusterCoordinator
    re-runs the failed worker's steps on the others and waits for it to come back at its address. A worker that lost
    its port is not (its address is taken: the group restarts on fresh ports). A parameter server or the chief
-   failing still fails the attempt (the job restarts from its checkpoint), as TensorFlow documents.
+   failing still fails the attempt (the job restarts from its checkpoint), as TensorFlow documents. A worker the
+   kernel reports stopped (SIGSTOP) and silent for ``timeouts.hang`` is restarted alone the same way: the chief's
+   coordinator dropped it long before (gRPC keep-alive, ``tfdist.cluster.grpc_keepalive``), and nothing else would
+   ever bring it back before the job ends.
 5. A task exiting 143 was preempted and saved: the group saves too and restarts (``task-preempted``).
 6. Any other exit fails the attempt. The root cause is, in this order: a task the kernel reports as stopped (``T``:
    its peers time out on it, TensorFlow's coordination service aborts them), a task a failed task's output names
@@ -104,10 +107,13 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         else:
             detail = f"{how}, no heartbeat for {spec.timeouts.hang:g}s"
         return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name, detail=detail, notices=notices)
-    if tolerated:
-        first = tolerated[0]
-        return Verdict(GroupAction.RESTART_TASKS, Cause.TASK_FAILED, first.name, detail=describe_exit(first.exit_code),
-                       notices=notices, restart=tuple(t.name for t in tolerated))
+    frozen = [t for t in snapshot.tasks if hung_alone(t, spec)]
+    if tolerated or frozen:
+        first = (tolerated or frozen)[0]
+        cause, detail = ((Cause.TASK_FAILED, describe_exit(first.exit_code)) if tolerated else
+                         (Cause.HUNG, f"stopped (SIGSTOP) and silent for {spec.timeouts.hang:g}s"))
+        return Verdict(GroupAction.RESTART_TASKS, cause, first.name, detail=detail, notices=notices,
+                       restart=tuple(t.name for t in tolerated + frozen))
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
 
 
@@ -115,6 +121,15 @@ def tolerated_alone(task: TaskView, spec: LaunchSpec) -> bool:
     """A task whose abnormal exit is restarted alone rather than ending the attempt: a ParameterServerStrategy
     worker (it only serves; the coordinator tolerates its loss) that did not lose its port."""
     return bool(spec.ps) and task.task_type == "worker" and task.exit_code not in (None, 0) and not task.lost_port
+
+
+def hung_alone(task: TaskView, spec: LaunchSpec) -> bool:
+    """A ParameterServerStrategy worker that the kernel reports stopped and that was silent (no heartbeat, or no CPU
+    time nor output when it sends none) for ``timeouts.hang``: restarted alone, in place, as if it had exited. Only
+    a stopped one: a worker that merely idles (the chief saving or evaluating) is as quiet as a deadlocked one."""
+    silent = task.heartbeat_age if task.heartbeat_age is not None else task.quiet_for
+    return (bool(spec.ps) and task.task_type == "worker" and task.running and task.stopped
+            and spec.timeouts.hang > 0 and silent is not None and silent > spec.timeouts.hang)
 
 
 def _blame(snapshot: GroupSnapshot, failed: list[TaskView]) -> tuple[TaskView, str]:

@@ -1,6 +1,7 @@
 """Restarting single tasks in place while the rest of the group runs on: the mechanism behind the
 ``restart-tasks`` verdict of :func:`tfdist.launch.local.rules.decide` (a ParameterServerStrategy worker that exited
-abnormally), shared by the single-machine supervisor and a multi-machine agent's node group.
+abnormally, or that was stopped and silent for the hang timeout: killed first), shared by the single-machine supervisor
+and a multi-machine agent's node group.
 
 The rules say which tasks; :class:`~tfdist.launch.local.restart.TaskRestartPolicy` (pure) says whether and after what
 back-off; this class remembers the restarts that wait out their back-off (the group is watched meanwhile, never slept
@@ -51,7 +52,8 @@ class InPlaceRestarts:
             if not decision.restart:
                 self.say(f"{decision.message}: stopping the group")
                 return dataclasses.replace(verdict, action=rules.GroupAction.FAIL, restart=())
-            self.say(f"{name} {verdict.detail if name == verdict.culprit else 'exited'}: {decision.message}")
+            what = verdict.detail if name == verdict.culprit else ("exited" if codes.get(name) is not None else "hung")
+            self.say(f"{name} {what}: {decision.message}")
             self._due[name] = now + decision.delay
         failure = self.start_due(group, now)
         if failure is not None:
