@@ -144,3 +144,21 @@ def test_draining_still_sends_what_was_queued_before_closing():
     finally:
         channel.close()
         theirs.close()
+
+
+def test_a_message_sent_before_the_reader_releases_the_channel_starts_no_writer_on_the_senders_thread():
+    # The agent sends its ready right after connect() returns, often before its reader released the channel:
+    # the sender only queues it (no thread start on its path); the release starts the writer, which sends it.
+    channel, theirs, peer = _channel_pair(keepalive=60.0, held=True)
+    try:
+        assert channel.send(M.Stop(round=1, graceful=True, reason="first"))
+        assert channel.send(M.Stop(round=2, graceful=True, reason="second"))
+        assert channel._writer is None
+        channel.release()
+        assert channel._writer is not None
+        theirs.settimeout(5.0)
+        reasons = [M.decode(peer.read_frame(exact_reader(theirs))).reason for _ in range(2)]
+        assert reasons == ["first", "second"]
+    finally:
+        channel.close()
+        theirs.close()

@@ -48,7 +48,7 @@ class Channel:
     and the server starts a peer's writer thread once the peer sent its first message after the welcome
     (:meth:`start_writer`; else with the first queued message). ``held``: queue but write nothing until
     :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome). ``keepalive``:
-    the writer starts at once (when held: at the release or the first message) and sends ``ping`` after that many
+    the writer starts at once (when held: at the release) and sends ``ping`` after that many
     seconds without sending anything: the agent's keep-alives, no thread of their own.
     """
 
@@ -144,8 +144,11 @@ class Channel:
 
     def _start_writer(self, force: bool = False) -> None:
         with self._start_lock:
-            if self._writer is not None or self._keepalive is None and not force and (
-                    self._held or self._writing_now or self._outbox.empty()):
+            # Held (a joining agent's channel until its reader releases it): a message sent meanwhile waits for the
+            # release, which starts the writer, so no sender pays a thread start (the agent's first message follows
+            # its welcome at once).
+            if self._writer is not None or not force and (
+                    self._held or self._writing_now or self._keepalive is None and self._outbox.empty()):
                 return
             self._writer = threading.Thread(target=self._write, daemon=True, name=f"{self._name}-send")
             self._writer.start()
