@@ -141,6 +141,8 @@ def test_py_spy_reads_a_running_and_a_stopped_task(victim, stop):
     loader = _loader(threads)
     assert loader.name == "loader" and loader.idle is True
     assert [f.function for f in loader.frames[1:3]] == ["Queue.get", "load_batch"]
+    if not stop:  # py-spy's detach wakes the sleep, which the kernel restarts: R for a moment, S again after it
+        _until_sleeping(proc.pid)
     assert procfs.read(proc.pid).state == ("T" if stop else "S"), "the dump leaves the task as it was"
 
 
