@@ -8,9 +8,11 @@ process of the same tree (how the other machines join). The trees take turns, a 
 that both see the same load on a shared machine; each batch's result is a median, and each figure is the median
 of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the CPU time a join and leave costs the
 measuring process (both sides when the server runs in it; the agent's alone otherwise: work moved off the joining
-thread still counts there), the load average before and after, and a floor: a plain TCP connect plus N round trips
-to a thread-per-connection echo server in the same process (the authenticated join needs one round trip more than
-the plain one).
+thread still counts there), connect to welcome with the agent's first message sent or queued in the window (a
+thread the agent starts after connect() returns, or work that the server does when a member first speaks, shows
+there), the load average before and after, and a floor: a plain TCP connect plus N round trips to a
+thread-per-connection echo server in the same process (the authenticated join needs one round trip more than the
+plain one).
 
     python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline-tree DIR]
 
@@ -57,13 +59,15 @@ def link(port):
 
 CPU = {}
 
-def joins(count, port, key):
+def joins(count, port, key, first=False):
     taken = []
     started = time.process_time()  # this process: the agent's side, and the server's when it runs here
     for i in range(count):
         t0 = time.perf_counter()
         one = link(port)
         one.connect(join(i), time.monotonic() + 10, lambda: False)
+        if first:  # the agent's first message (a real agent's ready follows its welcome at once)
+            one.send("ping")
         taken.append(time.perf_counter() - t0)
         one.close()
     CPU[key] = (time.process_time() - started) / count * 1000
@@ -138,7 +142,8 @@ for line in sys.stdin:
     what, *numbers = line.split()
     numbers = [int(n) for n in numbers]
     value = (joins(numbers[0], port, what) if what == "joins" else joins(numbers[0], remote, what)
-             if what == "rjoins" else CPU[numbers and "rjoins" or "joins"] if what == "cpu"
+             if what == "rjoins" else joins(numbers[0], remote, what, first=True) if what == "fjoins"
+             else CPU[numbers and "rjoins" or "joins"] if what == "cpu"
              else starts(numbers[0]) if what == "starts" else floor(numbers[0], numbers[1], echo))
     print(json.dumps(value), flush=True)
 other.stdin.close()
@@ -198,7 +203,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
         trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
         workers = {name: Worker(tree) for name, tree in trees.items()}
-        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "starts": [], "floor1": [], "floor2": [],
+        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "fjoins": [], "starts": [],
+                                                           "floor1": [], "floor2": [],
                                                            "cpu": [], "rcpu": []}
                                                     for name in workers}
         try:
@@ -212,6 +218,7 @@ def main() -> int:
                     seen[name]["cpu"].append(worker.ask("cpu"))
                     seen[name]["rjoins"].append(worker.ask(f"rjoins {args.joins}"))
                     seen[name]["rcpu"].append(worker.ask("cpu 1"))
+                    seen[name]["fjoins"].append(worker.ask(f"fjoins {args.joins}"))
                     seen[name]["floor1"].append(worker.ask(f"floor {args.joins} 1"))
                     seen[name]["floor2"].append(worker.ask(f"floor {args.joins} 2"))
                     if args.starts:
@@ -226,7 +233,8 @@ def main() -> int:
           f"load average after: {load()}")
     base, new = seen["baseline"], seen["trust"]
     rows = [("connect to welcome, server in the agent's process", "joins"),
-            ("connect to welcome, server in another process", "rjoins")] + ([("join to first round", "starts")] if args.starts else [])
+            ("connect to welcome, server in another process", "rjoins"),
+            ("connect to welcome and the first message queued, server in another process", "fjoins")] + ([("join to first round", "starts")] if args.starts else [])
     for label, key in rows:
         print(f"{label}: baseline {median(base[key]):.3f} ms, trust {median(new[key]):.3f} ms, "
               f"median ratio {median_ratio(new[key], base[key]):.3f} (goal <= 1.05)")
