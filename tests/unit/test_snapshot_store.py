@@ -154,6 +154,14 @@ def shm_dir():
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _size(path: Path) -> int:
+    """The size of a partial file, or 0 when the writer renamed it between the listing and this call."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 @pytest.mark.slow
 def test_sigkill_during_a_write_leaves_the_previous_snapshot_whole(shm_dir):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
@@ -165,7 +173,7 @@ def test_sigkill_during_a_write_leaves_the_previous_snapshot_whole(shm_dir):
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # a whole snapshot exists and the next one is half-written
-                partial = [p for p in shm_dir.glob(".partial-*") if p.stat().st_size > 4096]
+                partial = [p for p in shm_dir.glob(".partial-*") if _size(p) > 4096]
                 if partial and SnapshotStore(shm_dir).steps():
                     break
                 time.sleep(0.001)
