@@ -3,9 +3,11 @@ checks the join, reads nothing before the joining thread read the welcome, and e
 welcome comes. A real RendezvousLink against a hand-driven server on loopback."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from typing import Iterator
 
 from tests.unit.rdzv_peer import SECRET, exact_reader, wait_until
 from tfdist.launch.elastic import auth
@@ -113,52 +115,50 @@ def test_the_reader_ends_without_reading_when_the_server_closes_instead_of_welco
         server.close()
 
 
-def _channel_pair(**options) -> tuple[wire.Channel, socket.socket, auth.Session]:
+@contextlib.contextmanager
+def _held_channel() -> Iterator[tuple[wire.Channel, socket.socket, auth.Session]]:
+    """An agent's held channel with keep-alives, the server's end of its socket and the server's session; closed after."""
     mine, theirs = socket.socketpair()
     nonces = bytes(range(32)), bytes(range(32, 64))
-    channel = wire.Channel(mine, auth.Session(SECRET, *nonces, is_server=False), send_timeout=5.0, **options)
-    return channel, theirs, auth.Session(SECRET, *nonces, is_server=True)
+    channel = wire.Channel(mine, auth.Session(SECRET, *nonces, is_server=False), send_timeout=5.0,
+                           keepalive=60.0, held=True)
+    try:
+        yield channel, theirs, auth.Session(SECRET, *nonces, is_server=True)
+    finally:
+        channel.close()
+        theirs.close()
+
+
+def _received(theirs: socket.socket, peer: auth.Session) -> M.Message:
+    theirs.settimeout(5.0)
+    return M.decode(peer.read_frame(exact_reader(theirs)))
 
 
 def test_closing_a_link_with_nothing_queued_starts_no_writer_just_to_end_it():
     # An agent that leaves right after its welcome: close() drains first; with nothing to send it must not start
     # the writer thread (about 0.1 ms and a thread join) only for that thread to end at once.
-    channel, theirs, _ = _channel_pair(keepalive=60.0, held=True)
-    try:
+    with _held_channel() as (channel, _, _):
         channel.drain(1.0)
         assert channel._writer is None
-    finally:
-        channel.close()
-        theirs.close()
 
 
 def test_draining_still_sends_what_was_queued_before_closing():
-    channel, theirs, peer = _channel_pair(keepalive=60.0, held=True)
-    try:
+    with _held_channel() as (channel, theirs, peer):
         assert channel.send(M.Stop(round=3, graceful=True, reason="bye"))
         channel.drain(5.0)
         assert channel._writer is not None and not channel._writer.is_alive()
-        theirs.settimeout(5.0)
-        message = M.decode(peer.read_frame(exact_reader(theirs)))
+        message = _received(theirs, peer)
         assert isinstance(message, M.Stop) and message.reason == "bye"
-    finally:
-        channel.close()
-        theirs.close()
 
 
 def test_a_message_sent_before_the_reader_releases_the_channel_starts_no_writer_on_the_senders_thread():
     # The agent sends its ready right after connect() returns, often before its reader released the channel:
     # the sender only queues it (no thread start on its path); the release starts the writer, which sends it.
-    channel, theirs, peer = _channel_pair(keepalive=60.0, held=True)
-    try:
+    with _held_channel() as (channel, theirs, peer):
         assert channel.send(M.Stop(round=1, graceful=True, reason="first"))
         assert channel.send(M.Stop(round=2, graceful=True, reason="second"))
         assert channel._writer is None
         channel.release()
         assert channel._writer is not None
-        theirs.settimeout(5.0)
-        reasons = [M.decode(peer.read_frame(exact_reader(theirs))).reason for _ in range(2)]
+        reasons = [_received(theirs, peer).reason for _ in range(2)]
         assert reasons == ["first", "second"]
-    finally:
-        channel.close()
-        theirs.close()
