@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 from tests.integration.netns import Machines
+from tfdist.protocol import read_heartbeat
 
 DIGITS = str(REPO_ROOT / "src" / "tfdist" / "examples" / "digits.py")
 EPOCHS, STEPS = 3, 40
@@ -26,6 +27,10 @@ def launch_env() -> dict[str, str]:
     (tests/conftest.py), so run records and state never reach this machine's real home (``ENV``, read at import,
     holds the real one)."""
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO_ROOT / "src")}
+
+
+# Every agent's line when its round starts (tfdist/launch/elastic/agent.py).
+ROUND_STARTED = re.compile(r"round (\d+): started workers .* on (\d+) machine\(s\)", flags=re.M)
 
 
 def task_values(text: str, key: str) -> dict[str, str]:
@@ -86,6 +91,38 @@ class Agent:
             time.sleep(0.1)
         raise AssertionError(f"{pattern!r} not seen on machine {self.machine}:\n{self.err[-3000:]}")
 
+    def mark(self) -> tuple[int, int]:
+        """Where its stdout and stderr end now: ``since`` reads what was written after (the stderr offset also
+        serves as ``wait_for``'s ``after``)."""
+        return len(self.out), len(self.err)
+
+    def since(self, mark: tuple[int, int]) -> str:
+        """Its stdout, then its stderr, from ``mark`` on: the lines of what happened after a test's fault, not of
+        an earlier loss (a keep-alive missed under load) that printed the same kind of line."""
+        return self.out[mark[0]:] + self.err[mark[1]:]
+
+
+def wait_for_round_at_step(agent: Agent, log_dir: str | Path, machines: int, step: int, agents: list[Agent],
+                           task: str = "worker-*", timeout: float = 180) -> int:
+    """Wait until ``agent``'s newest round runs on ``machines`` machines and one of its tasks named ``task`` (a
+    heartbeat file name pattern) reached ``step`` in that round's folder under ``log_dir``; return the round. Under
+    load a machine can miss a short keep-alive before the test's fault (--node-timeout 2): the round stops and the
+    job re-forms, so the round that trains on every machine is not always round 0."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rounds = ROUND_STARTED.findall(agent.err)
+        if rounds and int(rounds[-1][1]) == machines:
+            round_ = int(rounds[-1][0])
+            beats = [read_heartbeat(str(path)) for path in (Path(log_dir) / f"attempt-{round_}").glob(
+                f"{task}.heartbeat")]
+            if any(b is not None and b.step is not None and b.step >= step for b in beats):
+                return round_
+        if any(a.proc is not None and a.proc.poll() is not None for a in agents):
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"no round of {machines} machines reached step {step} ({task}):\n"
+                         + all_output(agents)[-4000:])
+
 
 def job_secret_file(folder: Path, name: str = "job.secret") -> str:
     """A new job secret in ``folder`` (mode 0600), made the documented way; every machine reads the same file."""
@@ -110,6 +147,14 @@ def rendezvous_args(machines: Machines, nnodes: str, workers: int, model_dir: st
     return ["--nnodes", nnodes, "--rdzv-endpoint", f"{machines.address(1)}:{port}", "--rdzv-id", job,
             "--rdzv-secret-file", secret_file, "-n", str(workers), *FAST, *extra, "--", DIGITS, *script,
             "--model-dir", model_dir]
+
+
+def lost_machines(text: str) -> set[str]:
+    """The machines the job's final report names as lost (``  lost machines: A, B (not back: B)``). Under load a
+    machine can also be lost before the test's fault (a missed keep-alive) and is then named too, so a test checks
+    that its own victim is among them, not that the line is exactly one address."""
+    return {name.strip() for line in re.findall(r"^  lost machines: ([^(\n]*)", text, flags=re.M)
+            for name in line.split(",") if name.strip()}
 
 
 def all_output(agents: list[Agent]) -> str:
