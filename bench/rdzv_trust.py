@@ -2,9 +2,10 @@
 round, against the rendezvous before it (commit BASELINE, c69331f), in the same run.
 
 One long-lived process per tree (that tree's sources first on the path, its own servers and agent-side links on
-loopback); connect to welcome is measured twice: against a server in the agent's own process (the machine that
-serves the endpoint joins itself; the two sides share one interpreter lock) and against a server in a second
-process of the same tree (how the other machines join). The trees take turns, a short batch each, many times, so
+loopback); connect to welcome is measured against a server in the agent's own process (the machine that serves
+the endpoint joins itself: today over a socket pair, ``RendezvousServer.join_here``, the baseline over loopback TCP;
+also shown today over loopback TCP, as before that change) and against a server in a second process of the same
+tree (how the other machines join). The trees take turns, a short batch each, many times, so
 that both see the same load on a shared machine; each batch's result is a median, and each figure is the median
 of the per-turn ratios (trust / baseline, goal <= 1.05). Also printed: the CPU time a join and leave costs the
 measuring process (both sides when the server runs in it; the agent's alone otherwise: work moved off the joining
@@ -54,17 +55,22 @@ def join(i):
     return dict(job="bench", name=f"m{i}", node_rank=None, address="127.0.0.1", slots=1,
                 versions={"python": "3", "tfdist": "x", "tensorflow": "2"})
 
-def link(port):
-    return RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, **secret)
+import inspect
+# Today's serving agent joins the server of its own process without TCP (agent.py passes it as `here`); the
+# baseline's joined it over loopback like any other agent.
+HERE = "here" in inspect.signature(RendezvousLink).parameters
+
+def link(port, here=None):
+    return RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, **secret, **({"here": here} if here else {}))
 
 CPU = {}
 
-def joins(count, port, key, first=False):
+def joins(count, port, key, first=False, here=None):
     taken = []
     started = time.process_time()  # this process: the agent's side, and the server's when it runs here
     for i in range(count):
         t0 = time.perf_counter()
-        one = link(port)
+        one = link(port, here)
         one.connect(join(i), time.monotonic() + 10, lambda: False)
         if first:  # the agent's first message (a real agent's ready follows its welcome at once)
             one.send("ping")
@@ -141,7 +147,8 @@ print("ready", flush=True)
 for line in sys.stdin:
     what, *numbers = line.split()
     numbers = [int(n) for n in numbers]
-    value = (joins(numbers[0], port, what) if what == "joins" else joins(numbers[0], remote, what)
+    value = (joins(numbers[0], port, what, here=server if HERE else None) if what == "joins"
+             else joins(numbers[0], port, what) if what == "tjoins" else joins(numbers[0], remote, what)
              if what == "rjoins" else joins(numbers[0], remote, what, first=True) if what == "fjoins"
              else CPU[numbers and "rjoins" or "joins"] if what == "cpu"
              else starts(numbers[0]) if what == "starts" else floor(numbers[0], numbers[1], echo))
@@ -203,7 +210,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
         trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
         workers = {name: Worker(tree) for name, tree in trees.items()}
-        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "rjoins": [], "fjoins": [], "starts": [],
+        seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "tjoins": [], "rjoins": [], "fjoins": [], "starts": [],
                                                            "floor1": [], "floor2": [],
                                                            "cpu": [], "rcpu": []}
                                                     for name in workers}
@@ -216,6 +223,7 @@ def main() -> int:
                 for name, worker in order:
                     seen[name]["joins"].append(worker.ask(f"joins {args.joins}"))
                     seen[name]["cpu"].append(worker.ask("cpu"))
+                    seen[name]["tjoins"].append(worker.ask(f"tjoins {args.joins}"))
                     seen[name]["rjoins"].append(worker.ask(f"rjoins {args.joins}"))
                     seen[name]["rcpu"].append(worker.ask("cpu 1"))
                     seen[name]["fjoins"].append(worker.ask(f"fjoins {args.joins}"))
@@ -232,7 +240,8 @@ def main() -> int:
     print(f"{args.turns} turns x ({args.joins} joins, {args.starts} job starts) per tree, alternating; "
           f"load average after: {load()}")
     base, new = seen["baseline"], seen["trust"]
-    rows = [("connect to welcome, server in the agent's process", "joins"),
+    rows = [("connect to welcome, server in the agent's process (the serving agent's join)", "joins"),
+            ("connect to welcome over loopback TCP, server in the agent's process (no agent joins so now)", "tjoins"),
             ("connect to welcome, server in another process", "rjoins"),
             ("connect to welcome and the first message queued, server in another process", "fjoins")] + ([("join to first round", "starts")] if args.starts else [])
     for label, key in rows:

@@ -99,13 +99,30 @@ def test_send_now_writes_one_frame_in_one_write_ahead_of_what_was_queued_while_h
     reader.close()
 
 
-def test_a_channel_that_is_not_held_starts_its_writer_only_with_the_first_message():
-    _recording, server_sock, _agent, server = _sessions()
+def test_a_small_message_goes_out_from_the_senders_thread_and_starts_no_writer():
+    recording, server_sock, agent, server = _sessions()
     channel = wire.Channel(server_sock, server, send_timeout=5.0)
-    assert channel._writer is None
-    assert channel.send(M.Ping())
-    assert channel._writer is not None
+    assert channel.send(M.Ping()) and channel.send(M.Stop(round=3, graceful=True, reason="why"))
+    assert channel._writer is None  # a server's member with a few small messages costs no writer thread
+    reader = wire.Channel(recording._sock, agent, send_timeout=5.0)
+    assert reader.receive() == M.Ping()
+    assert reader.receive() == M.Stop(round=3, graceful=True, reason="why")
     channel.close()
+    reader.close()
+
+
+def test_what_the_socket_cannot_take_now_goes_out_through_a_writer_in_order():
+    recording, server_sock, agent, server = _sessions()
+    server_sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    recording._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    channel = wire.Channel(server_sock, server, send_timeout=5.0)
+    sent = [M.Finish(status=k, report=f"{k}" * (M.MAX_REPORT // 2)) for k in range(8)]  # far over the buffers
+    assert all(channel.send(message) for message in sent)
+    assert channel._writer is not None  # started for the frame that did not fit, and what was queued after it
+    reader = wire.Channel(recording._sock, agent, send_timeout=5.0)
+    assert [reader.receive() for _ in sent] == sent  # whole, in order, every MAC and sequence number right
+    channel.close()
+    reader.close()
 
 
 def test_the_writer_sends_keep_alives_when_nothing_else_goes_out_and_none_while_held():
@@ -195,20 +212,26 @@ def test_session_keys_are_rfc5869_hkdf_of_the_secret_and_both_nonces_per_directi
     assert (server._send_key, server._receive_key) == (to_agent, to_server)
 
 
-def test_the_server_starts_a_members_writer_when_the_member_first_speaks_not_on_the_welcomes_or_the_ticks_path():
-    with live_server(min_nodes=5, max_nodes=5, node_timeout=60.0) as server:  # no keep-alive queued for 15 s
-        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 60.0, secret=SECRET)
+def test_a_members_round_and_keep_alives_go_out_from_the_tick_thread_with_no_writer_thread():
+    with live_server(min_nodes=1, max_nodes=5, node_timeout=0.4) as server:  # a keep-alive every 0.1 s
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 0.4, secret=SECRET)
         link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
         try:
             wait_until(lambda: len(server._channels) == 1, what="the server to register the member")
             (channel,) = server._channels.values()
-            time.sleep(0.2)
-            assert channel._writer is None  # not on the welcome's path: the member has said nothing yet
             link.send("ready", ports=[20000], backup=None)
-            # Started by the member's own connection thread on its first message, not by the tick thread (the
-            # job's clock) when the first round or keep-alive is queued: nothing was queued here (no round: 1 of 5).
-            wait_until(lambda: channel._writer is not None and channel._writer.is_alive(), 5.0, "the writer")
-            assert channel._outbox.empty()
+            kinds: list[str] = []
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                message = link.next_message(0.05)  # raises Lost if the keep-alives stopped
+                if message is not None:
+                    kinds.append(message.TYPE)
+            assert "round" in kinds and kinds.count("ping") >= 3
+            # Small messages into a socket that takes them: written by the tick thread itself, one non-blocking
+            # send each; no thread was started to write them (before: one writer thread per member).
+            assert channel._writer is None
+            assert not [t for t in threading.enumerate() if t.name.startswith("rdzv-") and t.name.endswith("-send")
+                        and t is not link.channel._writer]
         finally:
             link.close()
 

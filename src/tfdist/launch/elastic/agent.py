@@ -142,7 +142,7 @@ class Agent:
             return EtcdLink(self.spec.etcd, self._settings(), secret=self.spec.secret or None,
                             watch_stdin=self.spec.watch_stdin, say=self.say)
         return RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port, self.spec.node_timeout,
-                              secret=self.spec.secret, watch_stdin=self.spec.watch_stdin, say=self.say)
+                              secret=self.spec.secret, watch_stdin=self.spec.watch_stdin, say=self.say, here=self.server)
 
     def _maybe_serve(self, rdzv_ip: str) -> None:
         if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):

@@ -154,6 +154,16 @@ def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHA
     return session
 
 
+def pair_sessions(secret: bytes) -> tuple[Session, Session]:
+    """The agent's and the server's keys for a connection that never leaves one process (the serving agent joins
+    its own server over a socket pair, ``RendezvousServer.join_here``): both ends hold the secret and nobody else
+    can reach the pair, so there is nothing to prove; fresh nonces give it keys of its own, as a handshake would,
+    and its frames are sealed and checked like any other."""
+    agent_nonce, server_nonce = secrets.token_bytes(NONCE), secrets.token_bytes(NONCE)
+    return (Session(secret, agent_nonce, server_nonce, is_server=False),
+            Session(secret, agent_nonce, server_nonce, is_server=True))
+
+
 def answer_hello(secret: bytes, hello: bytes) -> tuple[bytes, bytes, bytes]:
     """The bytes that answer ``hello`` (the server's nonce and proof), the agent's nonce and the server's.
     Raises AuthError when ``hello`` is not an agent's."""

@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfdist.cluster.address import format_address
 from tfdist.launch.elastic import auth
@@ -24,6 +24,9 @@ from tfdist.launch.elastic import wire as P
 from tfdist.launch.elastic.backend import FileSource
 from tfdist.status import ExitStatus
 from tfdist.validate import printable
+
+if TYPE_CHECKING:  # the server imports nothing of this module; the agent passes its server when it serves
+    from tfdist.launch.elastic.server import RendezvousServer
 
 PROGRESS_EVERY_S = 10.0  # a line this often while the endpoint does not answer
 CLOSED_EARLY_S = 10.0  # an endpoint that closes every connection unanswered this long is not our rendezvous
@@ -47,7 +50,7 @@ class Refused(Exception):
 class RendezvousLink:
     def __init__(self, host: str, ip: str, port: int, node_timeout: float, *, secret: bytes,
                  watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None,
-                 progress_every: float = PROGRESS_EVERY_S) -> None:
+                 progress_every: float = PROGRESS_EVERY_S, here: RendezvousServer | None = None) -> None:
         self.where = format_address(host, port)
         self.ip, self.port = ip, port
         self.node_timeout = node_timeout
@@ -58,6 +61,7 @@ class RendezvousLink:
         self._progress_every = progress_every
         self._messages: queue.Queue[M.Message | None] = queue.Queue()
         self._last_heard = time.monotonic()
+        self._here = here  # the rendezvous this process serves: joined over a socket pair, not TCP
 
     def _connect_socket(self, deadline: float, give_up: Callable[[], bool]) -> socket.socket:
         started = last_line = time.monotonic()
@@ -85,34 +89,13 @@ class RendezvousLink:
             Refused: refused, or not this job's rendezvous, or the launcher that started us is gone.
             TimeoutError: nobody answered in time.
         """
-        closing_since: float | None = None
         first = M.encode(M.make("join", **join))
-        while True:
-            sock = self._connect_socket(deadline, give_up)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                # The join goes in the same write as the agent's proof, after the server proved the secret.
-                session = auth.agent_handshake(sock, self._secret, first=first)
-                break
-            except auth.ClosedEarly:
-                # A busy server (too many connections waiting) closes without a word; so does a squatter.
-                sock.close()
-                closing_since = closing_since or time.monotonic()
-                if time.monotonic() - closing_since < CLOSED_EARLY_S and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                bad: Exception = auth.AuthError(f"it closed every connection for {CLOSED_EARLY_S:g}s")
-            except (auth.AuthError, OSError) as error:
-                sock.close()
-                bad = error
-            raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
-                          "(another program on the port, another job, or a different secret)",
-                          int(ExitStatus.USAGE))
+        sock, session = self._join_here(first) or self._handshake(first, deadline, give_up)
         # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved). The reader
         # thread starts now, while the server checks the join (its start is off the welcome's path), and waits at
         # `go` until the welcome was read; it then releases the channel, which starts the writer (which also sends
         # the keep-alives). Messages sent meanwhile wait in the held channel, in order. Only a server that proved
-        # the secret gets this far.
+        # the secret (or the one this process serves) gets this far.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
@@ -129,6 +112,41 @@ class RendezvousLink:
         self.channel = channel
         self._last_heard = time.monotonic()
         self._messages = inbox
+
+    def _join_here(self, first: bytes) -> tuple[socket.socket, auth.Session] | None:
+        """Joined to the rendezvous of this process (no handshake with itself), or None."""
+        if self._here is None:
+            return None
+        try:
+            return self._here.join_here(first)
+        except OSError:
+            return None  # closing, or out of descriptors: over TCP, as any other agent
+
+    def _handshake(self, first: bytes, deadline: float,
+                   give_up: Callable[[], bool]) -> tuple[socket.socket, auth.Session]:
+        """Connected, the secret proved both ways and ``first`` (the join) sent: ``auth.agent_handshake``."""
+        closing_since: float | None = None
+        while True:
+            sock = self._connect_socket(deadline, give_up)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                # The join goes in the same write as the agent's proof, after the server proved the secret.
+                session = auth.agent_handshake(sock, self._secret, first=first)
+                return sock, session
+            except auth.ClosedEarly:
+                # A busy server (too many connections waiting) closes without a word; so does a squatter.
+                sock.close()
+                closing_since = closing_since or time.monotonic()
+                if time.monotonic() - closing_since < CLOSED_EARLY_S and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                bad: Exception = auth.AuthError(f"it closed every connection for {CLOSED_EARLY_S:g}s")
+            except (auth.AuthError, OSError) as error:
+                sock.close()
+                bad = error
+            raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
+                          "(another program on the port, another job, or a different secret)",
+                          int(ExitStatus.USAGE))
 
     def _welcome(self, channel: P.Channel, patience: float) -> M.Welcome:
         """The server's answer to the join: its welcome, or Refused / TimeoutError (the channel is then closed)."""

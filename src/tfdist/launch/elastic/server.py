@@ -11,8 +11,10 @@ What a stranger can do to it is bounded: a connection must finish the handshake 
 address wait at once (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are taken, the oldest
 gives way to the newcomer), so idle strangers, even from many addresses, cannot keep the real machines out: a real
 machine's handshake takes a millisecond, a stranger's slot lasts until 32 newer connections came. A connection
-stops counting once it proved the secret. No message is sent while the state lock is held (sends are queued per
-peer, ``wire.py``); a peer whose messages do not fit the protocol, or that stops reading, loses its own connection.
+stops counting once it proved the secret. No message is sent while the state lock is held (each peer's sends are
+written with one non-blocking send or queued, ``wire.py``); a peer whose messages do not fit the protocol, or that
+stops reading, loses its own connection. The agent of the machine that serves the endpoint joins in-process
+(:meth:`RendezvousServer.join_here`).
 Every loop reports what went wrong and goes on; ``accept`` survives running out of file descriptors. The
 handshakes, the joins and the welcomes are served by the accept thread, never waiting on a peer: no thread start
 and no hand-off on a join's path (a refusal, which waits for its reader, goes out on a thread of its own).
@@ -113,9 +115,27 @@ class RendezvousServer:
             channel.close()
 
     # -- connections ---------------------------------------------------------------------------------------------
-    def _admitted(self, sock: socket.socket, session: auth.Session, payload: bytes) -> None:
+    def join_here(self, join: bytes) -> tuple[socket.socket, auth.Session]:
+        """For the agent in this process (the machine that serves the endpoint joins its own rendezvous): its end of
+        a socket pair and its keys, admitted with ``join`` (a join message's payload) as a connection that proved
+        the secret over TCP is: the same policy, welcome, sealed frames, keep-alives and loss detection, without a
+        handshake with itself over loopback. Raises OSError (closing, or no descriptors left): join over TCP."""
+        if self._closing.is_set():
+            raise OSError("the rendezvous is closing")
+        mine, theirs = socket.socketpair()
+        agent_session, server_session = auth.pair_sessions(self._secret)
+        try:
+            self._admitted(theirs, server_session, join, here=True)
+        except BaseException:
+            mine.close()
+            theirs.close()
+            raise
+        return mine, agent_session
+
+    def _admitted(self, sock: socket.socket, session: auth.Session, payload: bytes, *, here: bool = False) -> None:
         """On the accept thread (``admission.py``): a connection proved the secret and sent ``payload``, its join.
-        The welcome is written here, without waiting; the member's own thread starts only after it."""
+        The welcome is written here, without waiting; the member's own thread starts only after it (``here``: the
+        agent of this process, on its thread: at once, as there is no accept thread's selector to watch it)."""
         node_id = next(self._ids)
         # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
         channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
@@ -146,7 +166,10 @@ class RendezvousServer:
             self._drop(node_id, channel, channel.dropped_reason or "the welcome could not be sent")
             return
         self._say(f"{node.label} joined ({node.slots} worker(s))")
-        self._admission.park(sock, lambda: channel.closed, lambda gone: self._start_member(node_id, channel, gone))
+        if here:
+            self._start_member(node_id, channel, False)
+        else:
+            self._admission.park(sock, lambda: channel.closed, lambda gone: self._start_member(node_id, channel, gone))
 
     def _start_member(self, node_id: int, channel: P.Channel, gone: bool) -> None:
         """On the accept thread: the member spoke (its thread starts), or its connection is gone (no thread)."""
@@ -167,15 +190,11 @@ class RendezvousServer:
 
     def _serve_member(self, node_id: int, channel: P.Channel) -> None:
         reason = "its agent closed the connection"
-        writer = False
         try:
             while True:
                 message = channel.receive()
                 if message is None:
                     break
-                if not writer:  # the writer thread starts on this thread once the member speaks (its ready comes
-                    channel.start_writer()  # before any round): neither on the welcome's path nor on the tick's
-                    writer = True
                 self._on_message(node_id, message)
         except M.ProtocolError as bad:
             reason = f"sent something that is not a message of this protocol ({bad})"

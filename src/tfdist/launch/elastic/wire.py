@@ -17,6 +17,7 @@ Keep-alives: each side sends ``ping`` every :func:`ping_interval` and counts the
 from __future__ import annotations
 
 import queue
+import select
 import socket
 import threading
 import time
@@ -44,9 +45,10 @@ class Channel:
 
     Nothing on the join's path waits for a thread start or a hand-off that the plain join of the protocol before
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
-    join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`),
-    and the server starts a peer's writer thread once the peer sent its first message after the welcome
-    (:meth:`start_writer`; else with the first queued message). ``held``: queue but write nothing until
+    join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`).
+    A message sent while no writer thread runs and nothing waits is written by the sender's thread when the socket
+    takes it now (one non-blocking send): the writer thread starts only for what does not fit, for backup chunks,
+    or for keep-alives, so the server's members (a few small messages each) need none. ``held``: queue but write nothing until
     :meth:`send_now` or :meth:`release` (a keep-alive queued meanwhile cannot overtake the welcome). ``keepalive``:
     the writer starts at once (when held: at the release) and sends ``ping`` after that many
     seconds without sending anything: the agent's keep-alives, no thread of their own.
@@ -71,6 +73,9 @@ class Channel:
         if not held:
             self._go.set()
         self._writer: threading.Thread | None = None
+        self._remainder = b""  # the part of a frame written directly that did not fit: the writer's first bytes
+        self._writable = select.poll()
+        self._writable.register(sock, select.POLLOUT)
         # One timeout for both directions: a send's whole deadline (Python >= 3.5), and how often a blocked read
         # wakes to notice a closed channel (it just reads on).
         sock.settimeout(send_timeout)
@@ -95,6 +100,8 @@ class Channel:
                     self.close("it does not read its messages")
                     return False
                 time.sleep(0.002)
+        if not bulk and self._send_direct(payload):
+            return not self.closed
         try:
             if wait > 0:
                 self._outbox.put(payload, timeout=max(0.0, deadline - time.monotonic()))
@@ -106,6 +113,35 @@ class Channel:
         if self._writer is None:
             self._start_writer()
         return not self.closed
+
+    def _send_direct(self, payload: bytes) -> bool:
+        """Write ``payload`` from the caller's thread when no writer thread runs, nothing waits before it and the
+        socket can take bytes now (one non-blocking send, never a wait on the peer): a peer whose messages are few and
+        small (the server's members: pings, rounds, stops) never costs a writer thread. What does not fit goes to a
+        writer started for it, with its deadline. False: not sent here (queue it)."""
+        with self._start_lock:
+            if self._writer is not None or self._held or self._writing_now or self._remainder \
+                    or not self._outbox.empty():
+                return False
+            self._writing_now = True
+        try:
+            if self.closed or not self._writable.poll(0):
+                return False
+            frame = self._session.seal(payload)  # its sequence number is used up: it goes out, here or by the writer
+            try:
+                sent = self.sock.send(frame, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            with self._start_lock:
+                self._remainder = frame[sent:]  # the writer sends the rest first, before anything queued
+            return True
+        except (OSError, ValueError) as bad:
+            self.close("sending to it failed" if isinstance(bad, OSError) else str(bad))
+            return True
+        finally:
+            with self._start_lock:
+                self._writing_now = False
+            self._start_writer()
 
     def send_now(self, message: Message) -> bool:
         """Write ``message`` from the caller's thread, ahead of anything queued, then release the channel: for the
@@ -138,17 +174,13 @@ class Channel:
                 self._go.set()
         self._start_writer()
 
-    def start_writer(self) -> None:
-        """Start the writer thread now, before anything is queued (off the path of the next message)."""
-        self._start_writer(force=True)
-
-    def _start_writer(self, force: bool = False) -> None:
+    def _start_writer(self) -> None:
         with self._start_lock:
             # Held (a joining agent's channel until its reader releases it): a message sent meanwhile waits for the
             # release, which starts the writer, so no sender pays a thread start (the agent's first message follows
             # its welcome at once).
-            if self._writer is not None or not force and (
-                    self._held or self._writing_now or self._keepalive is None and self._outbox.empty()):
+            if self._writer is not None or (self._held or self._writing_now or (
+                    self._keepalive is None and self._outbox.empty() and not self._remainder)):
                 return
             self._writer = threading.Thread(target=self._write, daemon=True, name=f"{self._name}-send")
             self._writer.start()
@@ -156,6 +188,14 @@ class Channel:
     def _write(self) -> None:
         ping = encode(Ping())
         self._go.wait()
+        with self._start_lock:
+            rest, self._remainder = self._remainder, b""
+        if rest and not self.closed:
+            try:
+                self.sock.sendall(rest)
+            except OSError:
+                self.close("sending to it failed or missed its deadline")
+                return
         while True:
             try:
                 payload = self._outbox.get(timeout=self._keepalive)
