@@ -9,7 +9,9 @@ import re
 import pytest
 
 from tests.integration.etcd_cluster import EtcdCluster, why_no_etcd
-from tests.integration.multilib import DIGITS, FAST, Agent, all_output, job_secret_file, task_values
+from tests.integration.multilib import (
+    DIGITS, FAST, Agent, all_output, job_secret_file, lost_machines, task_values, wait_for_round_at_step,
+)
 from tests.integration.netns import Machines, why_no_namespaces
 from tests.integration.test_multinode_elastic import heartbeat_step, wait_for_step
 
@@ -41,16 +43,19 @@ def start(machines, etcd, tmp_path, which, nnodes, *extra, job="digits") -> list
 def test_the_first_machine_cut_off_the_others_finish_from_its_checkpoint(tmp_path):
     with Machines(3) as machines, EtcdCluster(machines, members=(1, 2, 3)) as etcd:
         agents = start(machines, etcd, tmp_path, (1, 2, 3), "2:3", "--rdzv-timeout", "30")
-        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
+        # The newest round of 3, not round 0: under load a machine can miss a keep-alive before the fault, and then
+        # the job re-forms; only what is printed after the fault counts below.
+        wait_for_round_at_step(agents[0], tmp_path / "logs1", 3, 15, agents)
+        marks = [a.mark() for a in agents]
         machines.cut(1)  # node rank 0, an etcd member, and where the built-in server would have run
         codes = [a.wait() for a in agents[1:]]
-        text = all_output(agents[1:])
-        assert codes == [0, 0], text[-5000:]
+        text = agents[1].since(marks[1]) + agents[2].since(marks[2])
+        assert codes == [0, 0], all_output(agents[1:])[-5000:]
         resumed = re.search(r"resumed_from_step=(\d+) world_size=(\d+)", text)
         assert resumed and int(resumed.group(1)) >= 5 and resumed.group(2) == "2", text[-3000:]
         steps = task_values(text, "train_steps")
         assert set(steps.values()) == {str(TOTAL_STEPS)} and len(steps) == 2, steps
-        assert "lost machines: 198.18.0.1" in text
+        assert "198.18.0.1" in lost_machines(text), text[-3000:]
         agents[0].proc.kill()
         agents[0].wait()
     assert machines.existing() == []
@@ -78,10 +83,10 @@ def test_the_etcd_leader_killed_mid_job_the_job_goes_on(tmp_path):
 def test_etcd_unreachable_stops_every_machine_with_one_line_and_a_rerun_loses_nothing(tmp_path):
     with Machines(3) as machines, EtcdCluster(machines, members=(1, 2, 3)) as etcd:
         agents = start(machines, etcd, tmp_path, (1, 2), "2", "--rdzv-timeout", "3")
-        wait_for_step(str(tmp_path / "logs1"), 0, 0, 15, agents)
+        trained = wait_for_round_at_step(agents[0], tmp_path / "logs1", 2, 15, agents)  # round 0, or a later one
         for member in etcd.members:
             etcd.pause(member)
-        reached = heartbeat_step(str(tmp_path / "logs1"), 0, 0)
+        reached = heartbeat_step(str(tmp_path / "logs1"), trained, 0)
         codes = [a.wait(timeout=180) for a in agents]
         for member in etcd.members:
             etcd.resume(member)
