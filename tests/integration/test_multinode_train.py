@@ -18,6 +18,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.tf,
               pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
 
 
+# Nothing is taken down here, so no quick loss detection is needed: the default keep-alive (what users get), not
+# FAST's 2 s, which a machine can miss under load (the job then re-forms, and "lost" below would fail the test).
+NODE_TIMEOUT = ["--node-timeout", "10"]
+
+
 def _check_trained(text: str, workers: int) -> None:
     accuracy = task_values(text, "final_accuracy")
     assert list(accuracy) == ["node0 worker:0"], text[-3000:]
@@ -44,8 +49,8 @@ def _check_recorded(environ: dict[str, str], machines: int) -> list[runs.RunReco
 
 def test_two_machines_two_workers_each_through_the_rendezvous(tmp_path):
     with Machines(2) as machines:
-        agents = [Agent(machines, i, rendezvous_args(machines, "2", 2, str(tmp_path / "model")), tmp_path).start()
-                  for i in (1, 2)]
+        agents = [Agent(machines, i, rendezvous_args(machines, "2", 2, str(tmp_path / "model"), *NODE_TIMEOUT),
+                        tmp_path).start() for i in (1, 2)]
         codes = [a.wait() for a in agents]
         text = all_output(agents)
         assert codes == [0, 0], text[-4000:]
@@ -69,8 +74,8 @@ def test_two_machines_two_workers_each_through_a_host_file(tmp_path):
     with Machines(2, ssh=True) as machines:
         hostfile = tmp_path / "hosts"
         hostfile.write_text(f"# the test machines\n{machines.address(1)} slots=2\n{machines.address(2)}\n")
-        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "-n", "2", *FAST, "--", DIGITS, *SCRIPT_ARGS,
-                                     "--model-dir", str(tmp_path / "model")], tmp_path).start()
+        driver = Agent(machines, 1, ["--hostfile", str(hostfile), "-n", "2", *FAST, *NODE_TIMEOUT, "--", DIGITS,
+                                     *SCRIPT_ARGS, "--model-dir", str(tmp_path / "model")], tmp_path).start()
         code = driver.wait()
         text = driver.out + driver.err
         assert code == 0, text[-4000:]
