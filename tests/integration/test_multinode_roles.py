@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.multilib import (
-    DIGITS, FAST, SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, rendezvous_args, task_values,
+    DIGITS, FAST, SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, lost_machines, rendezvous_args, task_values,
+    wait_for_round_at_step,
 )
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 from tfdist.protocol import read_heartbeat
@@ -95,7 +96,9 @@ def test_the_parameter_server_example_runs_on_three_machines(tmp_path):
 def test_a_killed_parameter_server_or_chief_restarts_the_job_from_its_checkpoint(tmp_path, machine, role):
     with Machines(3) as machines:
         agents = _start(machines, tmp_path, "--max-restarts", "2")
-        _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1 (saved every 5 steps)
+        # Per-epoch heartbeats: after epoch 1 (saved every 5 steps), in the newest round of 3 (round 0, or a later one
+        # when a machine missed a keep-alive under load before the fault).
+        wait_for_round_at_step(agents[0], tmp_path / "logs1", 3, 40, agents, task="chief-0", timeout=400)
         os.kill(_pid_of(machines, machine, role), signal.SIGKILL)
         codes = [a.wait(timeout=600) for a in agents]
         text = all_output(agents)
@@ -108,10 +111,10 @@ def test_a_killed_parameter_server_or_chief_restarts_the_job_from_its_checkpoint
     assert machines.existing() == []
 
 
-def _new_pid_of(tmp_path, machine: int, task: str, old: int, timeout: float = 120) -> int:
-    """The pid of ``task`` once it is no longer ``old``, from that machine's ``tasks.json`` of round 0 (a task
+def _new_pid_of(tmp_path, machine: int, round_: int, task: str, old: int, timeout: float = 120) -> int:
+    """The pid of ``task`` once it is no longer ``old``, from that machine's ``tasks.json`` of ``round_`` (a task
     started from a warm spare gets its TFDIST_* variables after exec: /proc/PID/environ does not show them)."""
-    path = tmp_path / f"logs{machine}" / "attempt-0" / "tasks.json"
+    path = tmp_path / f"logs{machine}" / f"attempt-{round_}" / "tasks.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -127,12 +130,15 @@ def _new_pid_of(tmp_path, machine: int, task: str, old: int, timeout: float = 12
 def test_a_killed_worker_is_restarted_alone_on_its_machine_and_the_round_goes_on(tmp_path):
     with Machines(3) as machines:
         agents = _start(machines, tmp_path, "--max-restarts", "2")
-        _wait_for_chief_step(tmp_path, 0, 40, agents)  # per-epoch heartbeats: after epoch 1
+        # Per-epoch heartbeats: after epoch 1, in the newest round of 3 (round 0, or a later one when a machine missed
+        # a keep-alive under load before the fault); what counts is that THIS round goes on after the kill.
+        trained = wait_for_round_at_step(agents[0], tmp_path / "logs1", 3, 40, agents, task="chief-0", timeout=400)
+        marks = [a.mark() for a in agents]
         chief, ps = _pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")
         victim = _pid_of(machines, 3, "worker")
         os.kill(victim, signal.SIGKILL)  # worker:1, alone on machine 3
-        restarted = _new_pid_of(tmp_path, 3, "worker:1", victim)
-        _wait_for_chief_step(tmp_path, 0, 80, agents)  # epoch 2 trained in the same round
+        restarted = _new_pid_of(tmp_path, 3, trained, "worker:1", victim)
+        _wait_for_chief_step(tmp_path, trained, 80, agents)  # epoch 2 trained in the same round
         assert (_pid_of(machines, 1, "chief"), _pid_of(machines, 2, "ps")) == (chief, ps), "chief and ps ran on"
         codes = [a.wait(timeout=600) for a in agents]
         text = all_output(agents)
@@ -140,8 +146,9 @@ def test_a_killed_worker_is_restarted_alone_on_its_machine_and_the_round_goes_on
         _check_completed(text, reruns=1)
         assert "restarting worker:1 alone, in place (1/2)" in agents[2].err, agents[2].err[-3000:]
         assert f"worker:1 restarted in place: pid {restarted} {machines.address(3)}:" in agents[2].err
-        assert "round 1" not in text and "restarting worker:1" not in agents[0].err + agents[1].err
-        assert "resumed_from_step" not in text, "the job never restarted from its checkpoint"
+        after = "".join(a.since(m) for a, m in zip(agents, marks))
+        assert f"round {trained + 1}" not in after and "restarting worker:1" not in agents[0].err + agents[1].err
+        assert "resumed_from_step" not in after, "the job never restarted from its checkpoint"
         assert machines.pids(1) == [] and machines.pids(2) == [] and machines.pids(3) == []
     assert machines.existing() == []
 
@@ -182,16 +189,19 @@ def _ps_job_on_three_machines(machines: Machines, tmp_path: Path, *script_args: 
 def test_the_parameter_server_s_machine_lost_then_back_restarts_the_job_from_its_checkpoint(tmp_path):
     with Machines(3, ssh=True) as machines:
         driver = _ps_job_on_three_machines(machines, tmp_path)
-        _wait_for_chief_step(tmp_path, 0, 40, [driver], logs="logs")
+        # The newest round of 3 (round 0, or a later one when a machine missed a keep-alive under load); the loss
+        # line is looked for after it, so that an earlier loss cannot answer for this one.
+        wait_for_round_at_step(driver, tmp_path / "logs", 3, 40, [driver], task="chief-0", timeout=400)
+        mark = driver.mark()
         machines.cut(2)
         machines.go_down(2)
-        driver.wait_for(r"host 198\.18\.0\.2 lost: probing it over ssh again", timeout=120)
+        driver.wait_for(r"host 198\.18\.0\.2 lost: probing it over ssh again", timeout=120, after=mark[1])
         machines.reconnect(2)
         code = driver.wait(timeout=600)
         text = driver.out + driver.err
         assert code == 0, text[-5000:]
         _check_completed(text)
-        assert "lost machines: 198.18.0.2" in text
+        assert "198.18.0.2" in lost_machines(text), text[-3000:]
         # A fixed cluster: every round had all 3 machines, the parameter server back on its pinned host.
         sizes = [int(w) for w in re.findall(r"round \d+: (\d+) machine\(s\)", driver.err)]
         assert len(sizes) >= 2 and set(sizes) == {3}, sizes
