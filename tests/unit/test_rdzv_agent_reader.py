@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Iterator
 
+import pytest
+
 from tests.unit.rdzv_peer import SECRET, exact_reader, wait_until
 from tfdist.launch.elastic import auth
 from tfdist.launch.elastic import messages as M
@@ -146,19 +148,22 @@ def test_draining_still_sends_what_was_queued_before_closing():
     with _held_channel() as (channel, theirs, peer):
         assert channel.send(M.Stop(round=3, graceful=True, reason="bye"))
         channel.drain(5.0)
-        assert channel._writer is not None and not channel._writer.is_alive()
+        assert channel._writer is None  # the small frame went out from the draining thread
         message = _received(theirs, peer)
         assert isinstance(message, M.Stop) and message.reason == "bye"
 
 
 def test_a_message_sent_before_the_reader_releases_the_channel_starts_no_writer_on_the_senders_thread():
     # The agent sends its ready right after connect() returns, often before its reader released the channel:
-    # the sender only queues it (no thread start on its path); the release starts the writer, which sends it.
+    # the sender only queues it (no thread start on its path); the release writes what was queued, in order.
     with _held_channel() as (channel, theirs, peer):
         assert channel.send(M.Stop(round=1, graceful=True, reason="first"))
         assert channel.send(M.Stop(round=2, graceful=True, reason="second"))
         assert channel._writer is None
+        with pytest.raises(socket.timeout):
+            theirs.settimeout(0.2)
+            theirs.recv(1)  # held: nothing on the wire yet
         channel.release()
-        assert channel._writer is not None
+        assert channel._writer is None  # written by the releasing thread: the socket took both at once
         reasons = [_received(theirs, peer).reason for _ in range(2)]
         assert reasons == ["first", "second"]

@@ -20,7 +20,7 @@ JOIN = dict(job="job", name="m", address="127.0.0.1", slots=1, node_rank=None,
 
 
 class Recording:
-    """A socket that records each sendall (what one write of the caller put on the wire)."""
+    """A socket that records each sendall or send (what one write of the caller put on the wire)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -29,6 +29,11 @@ class Recording:
     def sendall(self, data: bytes) -> None:
         self.writes.append(bytes(data))
         self._sock.sendall(data)
+
+    def send(self, data: bytes, flags: int = 0) -> int:
+        sent = self._sock.send(data, flags)
+        self.writes.append(bytes(data[:sent]))
+        return sent
 
     def __getattr__(self, name: str):
         return getattr(self._sock, name)
@@ -125,18 +130,24 @@ def test_what_the_socket_cannot_take_now_goes_out_through_a_writer_in_order():
     reader.close()
 
 
-def test_the_writer_sends_keep_alives_when_nothing_else_goes_out_and_none_while_held():
+def test_the_reader_sends_keep_alives_while_it_waits_none_while_held_and_with_no_writer_thread():
     recording, server_sock, agent, server = _sessions()
     channel = wire.Channel(recording._sock, agent, send_timeout=5.0, keepalive=0.05, held=True)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(channel.receive()), daemon=True)
+    reader.start()  # the agent's reader, waiting for a message
     server_sock.settimeout(0.3)
     with pytest.raises(socket.timeout):
         server_sock.recv(1)  # held: not even a keep-alive
     channel.release()
-    reader = wire.Channel(server_sock, server, send_timeout=5.0)
-    assert reader.receive() == M.Ping()
-    assert reader.receive() == M.Ping()
+    peer = wire.Channel(server_sock, server, send_timeout=5.0)
+    assert [peer.receive(), peer.receive(), peer.receive()] == [M.Ping()] * 3  # one per 0.05 s of silence
+    assert channel._writer is None  # written by the waiting reader itself
+    assert peer.send(M.Stop(round=1, graceful=True, reason="r"))
+    reader.join(5)
+    assert got == [M.Stop(round=1, graceful=True, reason="r")]  # the reader still reads between keep-alives
     channel.close()
-    reader.close()
+    peer.close()
 
 
 def test_both_ends_of_a_member_connection_set_tcp_nodelay():
@@ -158,15 +169,13 @@ def test_the_agent_has_no_thread_of_its_own_for_keep_alives():
         link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 0.5, secret=SECRET)
         link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
         try:
-            # The reader starts the writer (off the joining thread): wait for both, then count.
-            wait_until(lambda: link.channel._writer is not None, 5.0, "the agent's writer")
-            new = [t.name for t in set(threading.enumerate()) - before]
-            assert "rdzv-ping" not in new and new.count("rdzv-agent-send") == 1 and new.count("rdzv-read") == 1
-            # The writer keeps the member alive: for four node timeouts it stays a member.
+            # The reader sends them while it waits: for four node timeouts the agent stays a member.
             until = time.monotonic() + 2.0
             while time.monotonic() < until:
                 assert len(server._channels) == 1, "the member was lost: no keep-alives"
                 time.sleep(0.05)
+            new = [t.name for t in set(threading.enumerate()) - before]
+            assert "rdzv-ping" not in new and "rdzv-agent-send" not in new and new.count("rdzv-read") == 1
         finally:
             link.close()
 
@@ -236,15 +245,16 @@ def test_a_members_round_and_keep_alives_go_out_from_the_tick_thread_with_no_wri
             link.close()
 
 
-def test_the_agents_writer_starts_off_the_joining_thread_and_sends_what_was_queued_before_it():
+def test_what_the_agent_sends_right_after_its_welcome_arrives_in_order_with_no_writer_thread():
     with live_server(min_nodes=5, max_nodes=5, node_timeout=60.0) as server:
         link = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 60.0, secret=SECRET)
         link.connect(dict(JOIN), time.monotonic() + 10, lambda: False)
         try:
-            assert link.send("ready", ports=[20000], backup=None)  # at once: queued while the reader releases
+            # At once: queued while the reader releases the channel (then written by the releasing reader), or
+            # written by this thread after it; either way in order, and no thread is started to write them.
+            assert link.send("ready", ports=[20000], backup=None)
             assert link.send("training", round=0)
-            wait_until(lambda: link.channel._writer is not None and link.channel._writer.is_alive(), 5.0,
-                       "the agent's writer")
             wait_until(lambda: any(n.ready for n in server.policy.nodes.values()), 10.0, "the ready to arrive")
+            assert link.channel._writer is None
         finally:
             link.close()

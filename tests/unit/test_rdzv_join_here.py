@@ -4,6 +4,7 @@ frames, keep-alives, loss detection, and TCP again once the server is closing. A
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -34,14 +35,19 @@ def test_the_serving_agent_joins_over_a_socket_pair_and_gets_its_round():
     with live_server(said=said, min_nodes=1) as server:
         link = _link(server)
         accepted_before = len(server._admission.waiting)
+        threads_before = set(threading.enumerate())
         link.connect(JOIN, time.monotonic() + 10, lambda: False)
         try:
             assert link.channel is not None and link.channel.sock.family == socket.AF_UNIX  # no TCP connection
             assert len(server._admission.waiting) == accepted_before
             assert server.member_names() == {"here"}
+            # The joining thread started only the agent's reader; the server's thread for this member starts when
+            # the member first speaks, from the accept thread that watches its end of the pair.
+            assert [t.name for t in set(threading.enumerate()) - threads_before] == ["rdzv-read"]
             link.send("ready", ports=[20000], backup=None)
             round_ = _next(link, M.Round)
             assert round_.round == 0 and round_.workers == ["127.0.0.1:20000"]
+            assert "rdzv-conn" in [t.name for t in set(threading.enumerate()) - threads_before]
         finally:
             link.close()
         wait_until(lambda: any("lost node" in line for line in said), what="the server seeing the agent leave")

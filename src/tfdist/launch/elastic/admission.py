@@ -16,6 +16,7 @@ survives running out of file descriptors (a line, a pause, and on).
 """
 from __future__ import annotations
 
+import collections
 import errno
 import hmac
 import selectors
@@ -33,6 +34,7 @@ ACCEPT_BACKOFF_S = 0.1
 ACCEPTS_PER_WAKE = 16  # then the handshakes under way get their turn
 _LENGTH = struct.Struct(">I")
 _HELLO, _PROOF, _JOIN = 0, 1, 2  # what a connection's next bytes are
+_WAKE = "wake"  # the selector's mark for the wake-up pair
 
 
 class _Handshake:
@@ -79,10 +81,18 @@ class Admission:
         self._proved: dict[socket.socket, _Handshake] = {}  # proved the secret, their join not complete yet
         self._parked: dict[socket.socket, _Parked] = {}
         self._selector = selectors.DefaultSelector()
+        # Members to watch that joined on another thread (RendezvousServer.join_here), and a socket pair whose
+        # byte wakes this thread for them.
+        self._to_park: collections.deque[tuple[socket.socket, Callable[[], bool], Callable[[bool], None]]] = \
+            collections.deque()
+        self._wake_here, self._wake_there = socket.socketpair()
+        self._wake_there.setblocking(False)
 
     def run(self) -> None:
         self._listener.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._wake_here.setblocking(False)
+        self._selector.register(self._wake_here, selectors.EVENT_READ, _WAKE)
         try:
             while not self._closing.is_set():
                 try:
@@ -98,6 +108,8 @@ class Admission:
             self._parked.clear()  # members: their connections are the server's to close
             self.pending.clear()
             self._selector.close()
+            self._wake_here.close()
+            self._wake_there.close()
 
     def park(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
         """Watch a welcomed member's connection (on this thread, from ``admitted``) until the member first speaks,
@@ -112,6 +124,24 @@ class Admission:
             wake(False)
             return
         self._parked[sock] = parked
+
+    def park_soon(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
+        """:meth:`park`, from any thread: handed to this one (a deque and one byte), so the caller starts no thread
+        and waits for none."""
+        self._to_park.append((sock, closed, wake))
+        try:
+            self._wake_there.send(b"\0")
+        except OSError:
+            pass  # a byte is already waiting (the pair is full), or the loop has ended
+
+    def _park_handed(self) -> None:
+        try:
+            while self._wake_here.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._to_park:
+            self.park(*self._to_park.popleft())
 
     def _wake(self, parked: _Parked, readable: bool) -> None:
         if self._parked.pop(parked.sock, None) is None:
@@ -141,6 +171,8 @@ class Admission:
             if key.data is None:
                 if not self._accept():
                     return
+            elif key.data is _WAKE:
+                self._park_handed()
             elif isinstance(key.data, _Parked):
                 self._wake(key.data, readable=True)
             else:

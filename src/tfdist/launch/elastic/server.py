@@ -134,8 +134,8 @@ class RendezvousServer:
 
     def _admitted(self, sock: socket.socket, session: auth.Session, payload: bytes, *, here: bool = False) -> None:
         """On the accept thread (``admission.py``): a connection proved the secret and sent ``payload``, its join.
-        The welcome is written here, without waiting; the member's own thread starts only after it (``here``: the
-        agent of this process, on its thread: at once, as there is no accept thread's selector to watch it)."""
+        The welcome is written here, without waiting; the member's own thread starts when it first speaks (``here``:
+        on the thread of the agent of this process, which hands its connection to the accept thread to watch)."""
         node_id = next(self._ids)
         # Held until the welcome is written (send_now): nothing queued meanwhile goes out before it.
         channel = P.Channel(sock, session, send_timeout=self.send_timeout, name=f"rdzv-{node_id}", held=True)
@@ -166,10 +166,8 @@ class RendezvousServer:
             self._drop(node_id, channel, channel.dropped_reason or "the welcome could not be sent")
             return
         self._say(f"{node.label} joined ({node.slots} worker(s))")
-        if here:
-            self._start_member(node_id, channel, False)
-        else:
-            self._admission.park(sock, lambda: channel.closed, lambda gone: self._start_member(node_id, channel, gone))
+        park = self._admission.park_soon if here else self._admission.park
+        park(sock, lambda: channel.closed, lambda gone: self._start_member(node_id, channel, gone))
 
     def _start_member(self, node_id: int, channel: P.Channel, gone: bool) -> None:
         """On the accept thread: the member spoke (its thread starts), or its connection is gone (no thread)."""
