@@ -30,8 +30,10 @@ def test_a_stopped_worker_on_machine_2_one_report_on_machine_1(tmp_path, monkeyp
     with Machines(2) as machines:
         agents = []
         for i in (1, 2):
+            # The default 10 s node timeout: only a task is stopped here, never an agent, and a machine that missed
+            # FAST's 2 s keep-alive under load (TensorFlow starting, py-spy reading stacks) re-formed the job.
             args = rendezvous_args(machines, "2", 1, model, "--log-dir", str(logs[i]), "--node-rank", str(i - 1),
-                                   "--hang-timeout", HANG_TIMEOUT, "--max-restarts", "0")
+                                   "--hang-timeout", HANG_TIMEOUT, "--max-restarts", "0", "--node-timeout", "10")
             # The same flags, hang_job.py as the script (it takes no --model-dir).
             args = args[:args.index("--") + 1] + [HANG_JOB, "--mode", "none", "--at-step", "5", "--steps", "100000"]
             agents.append(Agent(machines, i, args, tmp_path).start())

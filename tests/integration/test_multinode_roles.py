@@ -26,13 +26,15 @@ ROLES = "roles: node0: chief:0 worker:0; node1: ps:0; node2: worker:1"
 
 
 def _start(machines: Machines, tmp_path, *extra: str) -> list[Agent]:
-    """m1: chief and worker 0; m2: pinned to the parameter server; m3: worker 1 (placed by node rank)."""
+    """m1: chief and worker 0; m2: pinned to the parameter server; m3: worker 1 (placed by node rank). The default
+    10 s node timeout: no test of these takes a machine off the network (a killed task or agent is seen at once), so
+    a shorter keep-alive would only let a machine that stalls under load start an unplanned round."""
     model = str(tmp_path / "model")
     shapes = {1: ["-n", "2"], 2: ["-n", "1", "--node-roles", "ps"], 3: ["-n", "1"]}
     agents = []
     for i in (1, 2, 3):
         args = rendezvous_args(machines, "3", 1, model, "--chief", "--ps", "1", "--node-rank", str(i - 1),
-                               "--log-dir", str(tmp_path / f"logs{i}"), "--tee", "--node-timeout", "6",
+                               "--log-dir", str(tmp_path / f"logs{i}"), "--tee", "--node-timeout", "10",
                                *shapes[i], *extra)
         agents.append(Agent(machines, i, args, tmp_path).start())
     return agents
