@@ -6,13 +6,11 @@ import os
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.integration.multilib import DIGITS, FAST, Agent, lost_machines, task_values
+from tests.integration.multilib import DIGITS, FAST, Agent, lost_machines, task_values, wait_for_round_at_step
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
-from tfdist.protocol import read_heartbeat
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
               pytest.mark.skipif(why_no_namespaces() or why_no_sshd(),
@@ -25,33 +23,19 @@ def _job_processes(machines: Machines, i: int) -> list[int]:
     return [p for p in machines.pids(i) if p not in machines.sshd_pids()]
 
 
-def _round_of_three_at_step(driver: Agent, log_dir: Path, step: int, timeout: float = 180) -> int:
-    """Wait until the newest round has all 3 machines and its workers reached ``step``; return where that round's
-    line starts in the driver's output. Under load a machine can be dropped before any fault (a missed keep-alive)
-    and come back at a later round, so the round that trains on 3 machines is not always round 0."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rounds = list(re.finditer(r"round (\d+): (\d+) machine\(s\)", driver.err))
-        if rounds and rounds[-1].group(2) == "3":
-            attempt = log_dir / f"attempt-{rounds[-1].group(1)}"
-            beats = [read_heartbeat(str(path)) for path in attempt.glob("worker-*.heartbeat")]
-            if any(b is not None and b.step is not None and b.step >= step for b in beats):
-                return rounds[-1].start()
-        assert driver.proc is not None and driver.proc.poll() is None, driver.err[-4000:]
-        time.sleep(0.1)
-    raise AssertionError(f"no round of 3 machines reached step {step}:\n{driver.err[-4000:]}")
-
-
 def test_a_host_that_went_down_and_answers_ssh_again_rejoins_at_a_later_round(tmp_path):
     hosts = ",".join(Machines.address(i) for i in (1, 2, 3))
     with Machines(3, ssh=True) as machines:
         driver = Agent(machines, 1, ["--hosts", hosts, "--min-nodes", "2", "-n", "1", *FAST,
                                      "--host-cooldown-range", "1:4", "--log-dir", str(tmp_path / "logs"), "--tee",
                                      "--", DIGITS, *SCRIPT, "--model-dir", str(tmp_path / "model")], tmp_path).start()
-        training = _round_of_three_at_step(driver, tmp_path / "logs", 15)
+        # The newest round of 3, not round 0: under load a machine can be dropped before any fault (a missed
+        # keep-alive) and come back at a later round.
+        wait_for_round_at_step(driver, tmp_path / "logs", 3, 15, [driver])
+        training = driver.mark()[1]
         machines.cut(3)
         machines.go_down(3)  # its agent, worker and shared memory are gone
-        # Each line is looked for after the previous one, from the start of the round it went down in: an earlier
+        # Each line is looked for after the previous one, from when the round it went down in had trained: an earlier
         # loss and comeback (a missed keep-alive under load) must not answer for this one.
         lost = driver.wait_for(r"host 198\.18\.0\.3 lost: probing it over ssh again in 1s", timeout=120,
                                after=training)
