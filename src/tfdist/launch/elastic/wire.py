@@ -197,8 +197,9 @@ class Channel:
         payload: bytes | None = b""
         while payload is not None and not self.closed:
             try:
-                self.sock.sendall(rest)
-                self._last_sent = time.monotonic()
+                if rest:
+                    self.sock.sendall(rest)
+                    self._last_sent = time.monotonic()
                 payload = self._outbox.get()
                 rest = b"" if payload is None else self._session.seal(payload)
             except (OSError, ValueError) as bad:
@@ -218,8 +219,10 @@ class Channel:
                     self.send(Ping())
                 continue
             wait = due if deadline is None else max(0.0, min(due, deadline - now))
-            if self._readable.poll(wait * 1000) or self.closed:
+            if self._readable.poll(wait * 1000):
                 return
+            if self.closed:
+                raise Closed()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError("no message in time")
 
