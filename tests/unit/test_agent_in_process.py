@@ -279,6 +279,27 @@ def test_a_signal_where_the_rendezvous_is_served_stops_every_machine_with_the_si
         assert all(g.calls == ["start", "stop graceful=True"] for g in groups)
 
 
+@pytest.mark.parametrize("serve", [True, False])
+def test_the_agent_says_what_a_signal_asked_for_once(tmp_path, serve):
+    """As the one-machine supervisor does: the first signal is answered on the console at once, not only when the
+    round has ended (before, an agent said nothing until then)."""
+    lines: list[str] = []
+    port = free_ports(1)[0]
+    with contextlib.ExitStack() as stack:
+        if not serve:
+            port = stack.enter_context(_server())
+            port = port.address[1]
+        machine = Machine(tmp_path, port, name="host", serve=serve, say=lines.append).start()
+        with machines(machine):
+            group = machine.round_group()
+            group.is_training = True
+            wait_until(lambda: group.reported_training, what="the training report")
+            machine.signal(signal.SIGTERM)
+            assert machine.wait() == 128 + signal.SIGTERM
+    said = [line for line in lines if "got SIGTERM: stopping all tasks" in line]
+    assert len(said) == 1 and "a second SIGTERM kills them now" in said[0], lines
+
+
 def test_an_agent_with_other_versions_is_refused_and_says_why(tmp_path, capfd):
     with _server(min_nodes=2) as server:
         first = member(server, "first")

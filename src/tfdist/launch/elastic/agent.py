@@ -170,7 +170,7 @@ class Agent:
     # -- signals -------------------------------------------------------------------------------------------------
     def _signalled(self) -> int | None:
         """The signal that asked this agent to stop, if any; a second Ctrl-C abandons the run here."""
-        self.stops.abandon_on_second_ctrl_c()
+        self.stops.abandon_on_second_ctrl_c(say=self.say)  # says what a signal asked for, once
         return self.stops.signal
 
     def _forward_stop(self, signum: int) -> None:
@@ -396,5 +396,5 @@ class Agent:
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None
         self.link.close()
-        self.stops.abandon_on_second_ctrl_c()  # it cut the save short: leave as interrupted
+        self.stops.abandon_on_second_ctrl_c(say=self.say)  # it cut the save short: leave as interrupted
 

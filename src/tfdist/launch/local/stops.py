@@ -80,8 +80,11 @@ class StopRequests:
                     return
         threading.Thread(target=loop, name="stop-forward", daemon=True).start()
 
-    def abandon_on_second_ctrl_c(self) -> None:
-        """Raise KeyboardInterrupt when a second SIGINT asked to kill now (the agent's and the driver's way out)."""
+    def abandon_on_second_ctrl_c(self, say: Callable[[str], None] | None = None) -> None:
+        """Raise KeyboardInterrupt when a second SIGINT asked to kill now (the agent's and the driver's way out).
+        ``say``: first tell the console what the signals asked for, as the supervisor does (:meth:`announcements`)."""
+        for message in self.announcements() if say is not None else ():
+            say(message)
         if self.second_signal == signal.SIGINT:
             raise KeyboardInterrupt
 

@@ -256,16 +256,20 @@ def run(spec: DriverSpec, *, say: Say = to_terminal,
 
     stops.install()
     stops.forward(server.interrupt)  # every machine saves and stops, then the job ends
+
+    def abandon() -> None:  # says what a signal asked for (once), and leaves on a second Ctrl-C
+        stops.abandon_on_second_ctrl_c(say=lambda m: say(f"tfdist: {m}"))
+
     try:
         fleet.start_all()
         while not server.finished.wait(0.1):
-            stops.abandon_on_second_ctrl_c()
+            abandon()
             fleet.tick(time.monotonic())
             if all(p.poll() is not None for p in fleet.processes) and not server.member_names() and not fleet.probes:
                 server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
         result = server.result
         status = result.status if result is not None else int(ExitStatus.TASK_FAILED)
-        _wait_agents(fleet.processes, spec.settings.node_timeout + 5, abandon=stops.abandon_on_second_ctrl_c)
+        _wait_agents(fleet.processes, spec.settings.node_timeout + 5, abandon=abandon)
         for relay in relays:
             relay.join(timeout=2)
         if result is not None:
