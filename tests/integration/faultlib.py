@@ -22,6 +22,10 @@ TOTAL_STEPS = EPOCHS * STEPS
 SCRIPT_ARGS = ["--epochs", str(EPOCHS), "--steps-per-epoch", str(STEPS), "--save-every", "5", "--step-delay",
                "0.03", "--no-tensorboard"]
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+# A launcher still running when its test ended gets this long to stop its tasks after SIGTERM before it and they are
+# killed: a test that failed mid-job must not leave a job training on into the next tests (load, ports, CPU).
+STOP_GRACE_S = 20.0
+_started: list["Job"] = []
 
 
 def task_values(text: str, key: str) -> dict[str, str]:
@@ -49,7 +53,33 @@ class Job:
                *self.script_args]
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **QUIET})
+        _started.append(self)
         return self
+
+    def stop(self) -> bool:
+        """Stop the launcher and every process under it if it is still running; True if it was. SIGTERM first (the
+        launcher stops its tasks), then SIGKILL for whatever is left after :data:`STOP_GRACE_S` (a SIGSTOPped task
+        never ends on SIGTERM)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.out, self.err = self.proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        for proc in tree:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(tree, timeout=STOP_GRACE_S)
+        if self.proc.poll() is None or self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.out, self.err = self.proc.communicate()
+        return True
 
     def heartbeat(self, attempt: int, task: str) -> Path:
         role, index = task.split(":")
@@ -65,7 +95,17 @@ class Job:
             if beat is not None and beat.step is not None and beat.step >= step:
                 return beat.step
             time.sleep(0.05)
-        raise AssertionError(f"{task} never reached step {step} in attempt {attempt}")
+        raise AssertionError(f"{task} never reached step {step} in attempt {attempt} (last heartbeat: "
+                             f"{read_heartbeat(str(path))})\n{self.log_tails(attempt)}")
+
+    def log_tails(self, attempt: int, lines: int = 12) -> str:
+        """The last lines of each task's log in ``attempt``: what a failed wait shows, since the launcher's own output
+        is read only when the job ends."""
+        tails = []
+        for log in sorted((self.tmp / "logs" / f"attempt-{attempt}").glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {log.name}\n" + "\n".join(text))
+        return "\n".join(tails) or "(no task logs)"
 
     def process(self, task: str, timeout: float = 30) -> psutil.Process:
         """The live process of ``task`` in the newest attempt (from the launcher's ``tasks.json``)."""
@@ -110,6 +150,13 @@ class Job:
     def job_pids(self) -> list[int]:
         """Every task pid the launcher reported starting, over all attempts."""
         return [int(p) for p in re.findall(r"pid (\d+) 127\.0\.0\.1", self.err)]
+
+
+def stop_left_over_jobs() -> list[list[str]]:
+    """Stop every job started since the last call that is still running; the launch arguments of those stopped."""
+    stopped = [job.launch_args for job in _started if job.stop()]
+    _started.clear()
+    return stopped
 
 
 def kill_during_save(job: Job, task: str, timeout: float = 30) -> bool:
