@@ -63,21 +63,20 @@ class Job:
         if self.proc is None or self.proc.poll() is not None:
             return False
         try:
-            tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+            launcher = psutil.Process(self.proc.pid)
+            tree = [launcher, *launcher.children(recursive=True)]
         except psutil.NoSuchProcess:
             tree = []
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.out, self.err = self.proc.communicate(timeout=STOP_GRACE_S)
+            drained = True
         except subprocess.TimeoutExpired:
-            pass
-        for proc in tree:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
+            drained = False
+        for proc in tree:  # the launcher if it outlived the grace, and tasks it left (a stopped one, at least)
+            _kill(proc)
         psutil.wait_procs(tree, timeout=STOP_GRACE_S)
-        if self.proc.poll() is None or self.proc.stdout is not None and not self.proc.stdout.closed:
+        if not drained:
             self.out, self.err = self.proc.communicate()
         return True
 

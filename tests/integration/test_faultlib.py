@@ -24,7 +24,7 @@ time.sleep(600)
 
 
 def test_a_job_left_running_is_stopped_with_its_tasks_even_stopped_ones_that_ignore_sigterm(tmp_path, monkeypatch):
-    monkeypatch.setattr("tests.integration.faultlib.STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(faultlib, "STOP_GRACE_S", 0.5)
     job = Job(tmp_path, ["-n", "1"])
     job.proc = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
