@@ -138,3 +138,37 @@ def test_loaded_library_modules_are_libraries_only(tmp_path):
     assert P.write_modules(hb, ["json", "numpy.linalg", "bad name", "os;rm"]) and P.read_modules(hb) == \
         ["json", "numpy.linalg"]
     assert P.read_modules(str(tmp_path / "none")) == []
+
+
+# -- phases: what the hang verdict learns from ------------------------------------------------------------------------
+def test_a_heartbeat_with_phases_reads_back_as_written(tmp_path):
+    from tfdist.protocol.records import HeartbeatRecord, Phase, PhaseStats, read_heartbeat, write_heartbeat
+
+    record = HeartbeatRecord(step=3, time=10.0, phase=Phase.BETWEEN, phase_since=9.5,
+                             phase_stats={Phase.STEP: PhaseStats(n=2, p99=0.06, max=0.07),
+                                          Phase.STARTUP: PhaseStats(n=1, p99=4.0, max=4.0)})
+    path = str(tmp_path / "hb")
+    assert write_heartbeat(path, record)
+    assert read_heartbeat(path) == record
+
+
+@pytest.mark.parametrize("phase, stats, expected_phase, expected_stats", [
+    ("warp", {"step": {"n": 1, "p99": 0.1, "max": 0.1}}, None, {"step"}),  # an unknown phase is no phase
+    ("step", {"step": {"n": 1, "p99": 5.0, "max": 1.0}}, "step", None),  # p99 above the longest: not a measurement
+    ("step", {"step": {"n": 0, "p99": 0.1, "max": 0.1}}, "step", None),  # no finished phase
+    ("step", {"step": {"n": 1, "p99": -1.0, "max": 0.1}}, "step", None),  # a negative duration
+    ("step", {"step": {"n": 1, "p99": 1.0, "max": 1e9}}, "step", None),  # beyond any real duration
+    ("step", {"fold": {"n": 1, "p99": 1.0, "max": 1.0}, "step": "x"}, "step", None),  # unknown kind, not a mapping
+    (7, [1, 2], None, None),
+])
+def test_hostile_phase_fields_are_left_out(tmp_path, phase, stats, expected_phase, expected_stats):
+    import json
+
+    from tfdist.protocol.records import read_heartbeat
+
+    path = tmp_path / "hb"
+    path.write_text(json.dumps({"v": 1, "step": 4, "time": 1.0, "phase": phase, "phase_stats": stats}))
+    record = read_heartbeat(str(path))
+    assert record is not None and record.step == 4
+    assert (record.phase.value if record.phase else None) == expected_phase
+    assert (set(p.value for p in record.phase_stats) if record.phase_stats else None) == expected_stats

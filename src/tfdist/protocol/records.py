@@ -13,6 +13,17 @@ Heartbeat file: one JSON object, rewritten atomically (write a temporary file, t
 
 ``saves`` is there (true) only in a task with a save handler: on SIGTERM it saves its state before it exits 143.
 
+Phases (what the hang verdict learns from): ``phase`` is what the task is doing now, ``phase_since`` when it began
+(the task's wall clock), and ``phase_stats`` what the task's finished phases took, per phase, in this process::
+
+    {"phase": "step", "phase_since": 1764543000.4,
+     "phase_stats": {"step": {"n": 118, "p99": 0.062, "max": 0.071}, "startup": {"n": 1, "p99": 9.8, "max": 9.8}}}
+
+``startup``: from the process start to its first step; ``step``: one training step (a Keras batch, a custom loop's
+optimizer step); ``between``: work between steps that is not a step (callbacks at an epoch's end, evaluation,
+saving); ``restore``: reading a checkpoint or snapshot back. A task writes its heartbeat when it enters a phase of
+another kind at once, and at most every ``TFDIST_HEARTBEAT_INTERVAL`` seconds while the kind stays the same.
+
 Error file: one JSON object, written when the script raises (``tfdist.runtime`` installs the hook)::
 
     {"v": 1, "type": "ValueError", "message": "...", "traceback": "...", "time": 1764543000.5, "pid": 4242,
@@ -43,6 +54,22 @@ class TaskState(str, Enum):
     FINISHED = "finished"  # training ended: saving and evaluating afterwards send no beats
 
 
+class Phase(str, Enum):
+    """What a task is doing now (see the module's docstring): each kind has durations of its own."""
+    STARTUP = "startup"
+    STEP = "step"
+    BETWEEN = "between"
+    RESTORE = "restore"
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """What the finished phases of one kind took in this process: how many, their 99th percentile and longest."""
+    n: int
+    p99: float
+    max: float
+
+
 @dataclass(frozen=True)
 class HeartbeatRecord:
     step: int | None
@@ -52,6 +79,9 @@ class HeartbeatRecord:
     total_steps: int | None = None  # known when epochs x steps per epoch is
     examples: int | None = None
     saves: bool | None = None  # True: SIGTERM makes it save first (tfdist.runtime's callbacks, or the bootstrap's)
+    phase: Phase | None = None
+    phase_since: float | None = None
+    phase_stats: Mapping[Phase, PhaseStats] | None = None
     v: int = PROTOCOL_VERSION
 
     @property
@@ -61,6 +91,10 @@ class HeartbeatRecord:
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if v is not None}
         data["state"] = self.state.value
+        if self.phase is not None:
+            data["phase"] = self.phase.value
+        if self.phase_stats is not None:
+            data["phase_stats"] = {phase.value: asdict(stats) for phase, stats in self.phase_stats.items()}
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
 
@@ -171,6 +205,31 @@ def read_modules(heartbeat_path: str) -> list[str]:
     return [n for n in text.splitlines() if _MODULE_NAME.fullmatch(n)][:_MAX_MODULES]
 
 
+_MAX_PHASE_STAT = 1e7  # seconds; a duration past this (about 4 months) is not a measurement
+
+
+def _phase(value: Any) -> Phase | None:
+    try:
+        return Phase(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _phase_stats(value: Any) -> dict[Phase, PhaseStats] | None:
+    """Well-formed entries only: a phase this version does not know, or a count or duration out of range, is left out."""
+    if not isinstance(value, dict):
+        return None
+    stats = {}
+    for name, entry in list(value.items())[:len(Phase)]:
+        phase = _phase(name)
+        if phase is None or not isinstance(entry, dict):
+            continue
+        n, p99, longest = _int(entry.get("n")), _float(entry.get("p99")), _float(entry.get("max"))
+        if n and p99 is not None and longest is not None and 0 <= p99 <= longest <= _MAX_PHASE_STAT:
+            stats[phase] = PhaseStats(n=n, p99=p99, max=longest)
+    return stats or None
+
+
 def read_heartbeat(path: str) -> HeartbeatRecord | None:
     """The task's last heartbeat, or None when it wrote none (yet) or wrote something unreadable."""
     data = _read_json(path)
@@ -192,7 +251,8 @@ def read_heartbeat(path: str) -> HeartbeatRecord | None:
     return HeartbeatRecord(step=_int(data.get("step")), time=_float(data.get("time")) or 0.0, state=state,
                            loss=_float(data.get("loss")), total_steps=_int(data.get("total_steps")),
                            examples=_int(data.get("examples")), saves=True if data.get("saves") is True else None,
-                           v=_int(data.get("v")) or 0)
+                           phase=_phase(data.get("phase")), phase_since=_float(data.get("phase_since")),
+                           phase_stats=_phase_stats(data.get("phase_stats")), v=_int(data.get("v")) or 0)
 
 
 def read_error(path: str) -> ErrorRecord | None:
