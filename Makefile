@@ -6,7 +6,7 @@ PIP    := $(BIN)/python -m pip
 # Prefer the tests' own isolation over anything inherited from the caller's shell.
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench clean venv-demo venv-dev dist system-deps
+.PHONY: demo test test-fast bench clean venv-demo venv-dev dist system-deps docs docs-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +47,17 @@ test: system-deps venv-dev
 test-fast: venv-dev
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# NO_MKDOCS_2_WARNING: Material prints its end-of-life notice (May 2027) on every start otherwise.
+## docs: build the documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, a missing page or snippet, a page left out of the navigation fails (make test checks the same)
+docs: venv-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+## docs-serve: the documentation site at http://127.0.0.1:8000, rebuilt as the pages change
+docs-serve: venv-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --dev-addr 127.0.0.1:8000
+
 bench: venv-dev
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .tfdist-demo .pytest_cache build dist src/*.egg-info
+	rm -rf $(VENV) .tfdist-demo .pytest_cache build dist site src/*.egg-info

@@ -68,6 +68,7 @@ SLOW_TESTS = frozenset({
     "tests/integration/test_mirror_safety.py::test_owner_group_and_mode_survive_use_and_restore",
     "tests/integration/test_mirror_safety.py::test_restore_keeps_edits_made_after_the_switch",
     "tests/unit/test_bootstrap.py::test_a_bootstrapped_script_sees_what_it_would_see_without_it",
+    "tests/unit/test_docs_site.py::test_the_docs_site_builds_strictly",
     "tests/unit/test_doctor_xla.py::test_ptxas_version_survives_hostile_binaries[exec >&-; sleep 30-no answer within]",
     "tests/unit/test_doctor_xla.py::test_ptxas_version_survives_hostile_binaries[sleep 30-no answer within]",
     "tests/unit/test_flight_across_machines.py::test_a_machine_that_does_not_answer_is_named_not_waited_on_forever",

@@ -62,7 +62,7 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         help="With --max-restarts, keep processes with TensorFlow imported ready for a restart.")
 @option("--bootstrap/--no-bootstrap", default=D.bootstrap, show_default=True,
         help="Run tfdist's task bootstrap in Python tasks: a plain tf.distribute script reports step, loss, state "
-        "and errors (see README); off: nothing of tfdist runs in the tasks.")
+        "and errors (see docs/runtime.md); off: nothing of tfdist runs in the tasks.")
 @option("--thread-caps/--no-thread-caps", default=D.thread_caps, show_default=True,
         help="Cap each task's TensorFlow and OpenMP thread pools to its share of the CPU cores.")
 @option("--flight-recorder/--no-flight-recorder", default=D.flight_recorder, show_default=True,

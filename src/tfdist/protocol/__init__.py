@@ -11,7 +11,7 @@ never TensorFlow. The names below
 are re-exported so callers can write ``from tfdist import protocol as P``; each is defined once, in its module, and
 loaded on first use (PEP 562): importing only the variables (as ``tfdist.constants`` does for every command) does not
 load the records' json/socket/traceback machinery, which every CLI start would otherwise pay.
-``python -m tfdist.protocol`` prints the README's table of variables.
+``python -m tfdist.protocol`` prints the table of variables in docs/protocol.md.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every environment variable tfdist sets or reads, in one registry: name, who sets it, what it means. The README's
-table is generated from it (``python -m tfdist.protocol``) and checked by tests/unit/test_launch_protocol.py;
+"""Every environment variable tfdist sets or reads, in one registry: name, who sets it, what it means. The table in
+docs/protocol.md is generated from it (``python -m tfdist.protocol``) and checked by tests/unit/test_launch_protocol.py;
 ``--env`` may not set the variables the launcher owns. Part of the task protocol (:mod:`tfdist.protocol`
 re-exports every name); imports nothing heavy.
 """
@@ -125,7 +125,7 @@ TABLE_END = "<!-- tfdist:env-table:end -->"
 
 
 def render_env_table() -> str:
-    """The README's table of variables (Markdown), generated from :data:`REGISTRY`."""
+    """docs/protocol.md's table of variables (Markdown), generated from :data:`REGISTRY`."""
     rows = ["| Variable | Set by | Meaning |", "| --- | --- | --- |"]
     rows += [f"| `{v.name}` | {v.set_by.value} | {v.meaning} |" for v in REGISTRY]
     rows.append(f"| `{FLAG_TWIN_PATTERN}` | you | every flag's twin, e.g. `TFDIST_LAUNCH_WORKERS` (see `--help`) |")

@@ -5,7 +5,7 @@ tfdist supports 3.10 on, and under TLS 1.3 a PSK is merely offered and may fall 
 (RFC 2104), HKDF (RFC 5869) and ``hmac.compare_digest`` are in every Python, and give what the rendezvous needs:
 only holders of the secret get in, and nobody on the path can inject, change, replay or reorder a message. They do
 not hide the traffic: someone on the path reads the messages (job id, addresses, checkpoint bytes); see the trust
-model in the README.
+model in docs/trust.md.
 
 Handshake (fixed sizes, so a stranger can make the server hold at most :data:`HELLO` bytes)::
 

@@ -1,7 +1,7 @@
 """Reading another process's Python stacks: py-spy when it is installed, else the task's own faulthandler.
 
 Measured on this project's 2-core test machine (py-spy 0.4.3, pystack 1.7.2, faulthandler of Python 3.11; a tf-keras
-MultiWorkerMirroredStrategy task of TensorFlow 2.21; see the README's flight recorder section):
+MultiWorkerMirroredStrategy task of TensorFlow 2.21; see docs/flight.md):
 
 - ``py-spy dump``: 0.04 s per task; JSON output; a stopped (SIGSTOP) task is read with ``--nonblocking`` (plain
   ``dump`` fails: it cannot suspend a stopped process); needs the right to ptrace the task (the launcher is its

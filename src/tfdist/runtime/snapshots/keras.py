@@ -49,7 +49,7 @@ def keras_callback(settings: SnapshotSettings | None = None) -> Any | None:
                 return
             iterations = self.model.optimizer.iterations
             variables, strategy = model_state(self.model), self.model.distribute_strategy
-            # fit's own iterator is not saved: fit makes it after this callback starts (see the README).
+            # fit's own iterator is not saved: fit makes it after this callback starts (see docs/snapshots.md).
             session = SnapshotSession(TrainingVariables(variables), strategy, settings,
                                       ExtraState(variables, root=self.model, strategy=strategy))
             self.resume, snapshot = session.resume(int(iterations.numpy()))
