@@ -95,6 +95,32 @@ def test_every_command_has_its_place_in_the_docs():
     assert not missing, f"neither the README nor a page under docs/ documents: {missing}"
 
 
+
+def test_every_flag_of_every_command_is_in_the_docs():
+    """The reference names every flag a user can type (its long or its short form), so --help is never the only
+    place a flag is explained; hidden flags (the launcher's own plumbing) are left out."""
+    import click
+
+    from tfdist.cli.main import cli
+
+    text = readme() + "".join(p.read_text(encoding="utf-8") for p in DOCS.glob("*.md"))
+    ctx = click.Context(cli)
+    missing = []
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), (*path, name))
+            return
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                names = [*param.opts, *param.secondary_opts]
+                if not any(re.search(re.escape(name) + r"(?![\w-])", text) for name in names):
+                    missing.append(f"tfdist {' '.join(path)} {names[-1]}")
+
+    walk(cli, ())
+    assert not missing, f"document these flags in the page of their command under docs/: {missing}"
+
 def test_the_docs_site_builds_strictly(tmp_path):
     try:
         import material  # noqa: F401  (mkdocs-material, the site's theme)
