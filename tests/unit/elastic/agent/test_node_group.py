@@ -51,7 +51,7 @@ def test_a_failure_on_this_machine_carries_the_flight_recorders_verdict(tmp_path
     import sys
     from pathlib import Path
 
-    fake = str(Path(__file__).resolve().parents[1] / "bin" / "fake_task.py")
+    fake = str(Path(__file__).resolve().parents[3] / "bin" / "fake_task.py")
     group = NodeGroup(command=Command(fake, (str(tmp_path / "out"), "--fail", "worker:1:3", "--fail-delay", "0.5",
                                              "--others-wait", "--sleep", "60"), interpreter=sys.executable),
                       workers=("127.0.0.1:1", "127.0.0.1:2"), first_index=0, slots=2, node_rank=0, round_=0,
@@ -89,7 +89,7 @@ def _ps_worker_group(tmp_path, max_restarts: int) -> NodeGroup:
 
     from tfdist.launch.local.layout import ClusterLayout
 
-    fake = str(Path(__file__).resolve().parents[1] / "bin" / "fake_task.py")
+    fake = str(Path(__file__).resolve().parents[3] / "bin" / "fake_task.py")
     layout = ClusterLayout(chief=("127.0.0.1:1",), worker=("127.0.0.1:2", "127.0.0.1:3"), ps=("127.0.0.1:4",))
     return NodeGroup(command=Command(fake, (str(tmp_path / "out"), "--fail", "worker:1:5", "--fail-starts", "1",
                                             "--sleep", "60"), interpreter=sys.executable),
