@@ -41,9 +41,9 @@ WORKER = r"""
 import json, os, socket, statistics, sys, threading, time
 WORKER_SOURCE = os.environ["RDZV_BENCH_WORKER"]
 try:
-    from tfdist.launch.elastic.server import RendezvousServer
-    from tfdist.launch.elastic.membership import RendezvousSettings as Settings
-    from tfdist.launch.elastic.client import RendezvousLink
+    from tfdist.launch.elastic.tcp.server import RendezvousServer
+    from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings as Settings
+    from tfdist.launch.elastic.tcp.client import RendezvousLink
     secret = {"secret": bytes(range(32))}
 except ImportError:
     from tfdist.launch.rdzv_server import RendezvousServer

@@ -29,7 +29,7 @@ def launch_env() -> dict[str, str]:
     return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO_ROOT / "src")}
 
 
-# Every agent's line when its round starts (tfdist/launch/elastic/agent.py).
+# Every agent's line when its round starts (tfdist/launch/elastic/agent/agent.py).
 ROUND_STARTED = re.compile(r"round (\d+): started workers .* on (\d+) machine\(s\)", flags=re.M)
 
 

@@ -34,7 +34,7 @@ def close_links():
 
 
 def settings(job: str, low: int, high: int, **extra: Any):
-    from tfdist.launch.elastic.membership_types import RendezvousSettings as Settings
+    from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings as Settings
 
     return Settings(job=job, min_nodes=low, max_nodes=high, node_timeout=2.0, first_round_wait=0.3,
                     stop_timeout=5.0, **extra)
@@ -51,14 +51,14 @@ class FakeAgent:
     succeed_after: float | None = None  # seconds into a round after which this machine's workers succeed
     fail_now: bool = False  # set by the test: this machine's workers fail in the current round (once)
     layout: str = ""  # the job's roles (placement.counts_text), e.g. "chief,ps=1"; "": workers only
-    messages: list[Any] = field(default_factory=list)  # the typed messages of elastic/messages.py
+    messages: list[Any] = field(default_factory=list)  # the typed messages of elastic/messages/protocol.py
     said: list[str] = field(default_factory=list)
     result: "queue.Queue[Any]" = field(default_factory=queue.Queue)
     link: Any = None
 
     def start(self) -> "FakeAgent":
-        from tfdist.launch.elastic.etcd_link import EtcdLink
-        from tfdist.launch.elastic.etcd_store import parse_conf
+        from tfdist.launch.elastic.etcd.link import EtcdLink
+        from tfdist.launch.elastic.etcd.store import parse_conf
 
         conf = parse_conf(self.etcd.endpoint, (), self.job_settings.node_timeout, {})
         self.link = EtcdLink(conf, self.job_settings, secret=self.secret, say=self.said.append)
@@ -134,7 +134,7 @@ def test_two_machines_form_one_round_ranked_by_node_rank_and_finish(etcd):
     assert sum(f.print_report for f in finishes) == 1
     assert "succeeded" in finishes[0].report
     # Late machines are told the job is over (for the finish record's lease).
-    from tfdist.launch.elastic.client import Refused
+    from tfdist.launch.elastic.tcp.client import Refused
 
     late = FakeAgent(etcd, job, 2).start()
     refused = late.outcome()
@@ -228,7 +228,7 @@ def test_a_lost_machine_of_only_parameter_server_workers_rejoins_the_running_rou
 
 
 def test_a_machine_with_another_secret_is_refused_and_forged_records_are_dropped_not_the_job(etcd):
-    from tfdist.launch.elastic.client import Refused
+    from tfdist.launch.elastic.tcp.client import Refused
 
     job = settings("forged", 2, 3)
     agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
@@ -259,16 +259,16 @@ def test_etcd_silent_longer_than_the_node_timeout_is_a_graceful_loss(etcd):
         lost = agent.outcome(timeout=30)
     finally:
         etcd.resume()
-    from tfdist.launch.elastic.client import Lost
+    from tfdist.launch.elastic.tcp.client import Lost
 
     assert isinstance(lost, Lost) and lost.graceful, lost
     assert "did not answer" in str(lost)
 
 
 def test_tls_and_etcd_user_authentication_through_the_conf_and_a_wrong_password_is_one_refusal(tmp_path):
-    from tfdist.launch.elastic.client import Refused
-    from tfdist.launch.elastic.etcd_link import EtcdLink
-    from tfdist.launch.elastic.etcd_store import parse_conf
+    from tfdist.launch.elastic.tcp.client import Refused
+    from tfdist.launch.elastic.etcd.link import EtcdLink
+    from tfdist.launch.elastic.etcd.store import parse_conf
 
     with LocalEtcd(tls=True) as etcd:
         for command in (["user", "add", "root:rootpw"], ["user", "add", "trainer:trainpw"], ["role", "add", "tfdist"],

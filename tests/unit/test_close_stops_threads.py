@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
-from tfdist.launch.elastic.etcd_link import EtcdLink
-from tfdist.launch.elastic.etcd_store import WATCH_RETRY, EtcdStore, parse_conf
-from tfdist.launch.elastic.membership_types import RendezvousSettings
-from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.launch.elastic.etcd.link import EtcdLink
+from tfdist.launch.elastic.etcd.store import WATCH_RETRY, EtcdStore, parse_conf
+from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
+from tfdist.launch.elastic.tcp.server import RendezvousServer
 
 
 def _conf():

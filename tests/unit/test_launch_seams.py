@@ -13,13 +13,13 @@ import pytest
 
 import tfdist.launch.process as process_room
 from tfdist.launch.console import liveview
-from tfdist.launch.elastic import backup_copy, flight_agent, machine_run
-from tfdist.launch.elastic.backup_copy import BackupStore
-from tfdist.launch.elastic.client import RendezvousLink
-from tfdist.launch.elastic.snapshot_copy import SnapshotCopy
+from tfdist.launch.elastic.agent import backup_copy, flight as flight_agent, machine_run
+from tfdist.launch.elastic.agent.backup_copy import BackupStore
+from tfdist.launch.elastic.tcp.client import RendezvousLink
+from tfdist.launch.elastic.agent.snapshot_copy import SnapshotCopy
 from tfdist.launch.flight import recorder
-from tfdist.launch.elastic.agent import Agent, AgentSpec
-from tfdist.launch.elastic.node_group import NodeGroup
+from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+from tfdist.launch.elastic.agent.node_group import NodeGroup
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.supervisor import Supervisor
 from tfdist.launch.options import LaunchOptions
@@ -33,7 +33,7 @@ PROCESS_MODULES = sorted(Path(process_room.__file__).parent.glob("*.py"))
 # terminal. Left out: elastic/secret.py and ssh/host_probe.py, commands of their own (``python -m``; the probe's
 # answer is its stdout).
 CORE_MODULES = sorted({*PROCESS_MODULES, *LAUNCH.glob("*.py"), *(LAUNCH / "local").glob("*.py"),
-                       *(LAUNCH / "elastic").glob("*.py"), *(LAUNCH / "flight").glob("*.py"),
+                       *(LAUNCH / "elastic").rglob("*.py"), *(LAUNCH / "flight").glob("*.py"),
                        *(LAUNCH / "ssh").glob("*.py")}
                       - {LAUNCH / "elastic" / "secret.py", LAUNCH / "ssh" / "host_probe.py"})
 
@@ -53,7 +53,7 @@ def test_process_and_core_code_never_prints(path):
 
 
 def test_the_scan_sees_the_supervisor_and_the_agent_and_catches_a_print(tmp_path):
-    assert {LAUNCH / "local" / "supervisor.py", LAUNCH / "elastic" / "agent.py",
+    assert {LAUNCH / "local" / "supervisor.py", LAUNCH / "elastic" / "agent" / "agent.py",
             LAUNCH / "ssh" / "driver.py"} <= set(CORE_MODULES)
     planted = tmp_path / "planted.py"
     planted.write_text("import sys\ndef f():\n    print('x', file=sys.stderr)\n")
@@ -160,7 +160,7 @@ def test_the_host_file_driver_asks_the_server_not_its_policy():
 
 
 def test_the_server_names_its_members_for_the_driver():
-    from tests.unit.rdzv_peer import live_server, member, wait_until
+    from tests.unit.elastic.tcp.rdzv_peer import live_server, member, wait_until
 
     with live_server(min_nodes=3, max_nodes=3, node_timeout=10.0) as server:
         assert server.member_names() == set()

@@ -66,7 +66,7 @@ def _clean(text: str) -> bool:
 
 
 def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_text(capsys):
-    from tfdist.launch.elastic.membership import MembershipPolicy, Node, RendezvousSettings
+    from tfdist.launch.elastic.rendezvous.membership import MembershipPolicy, Node, RendezvousSettings
     from tfdist.launch.outcome import Outcome
 
     policy = MembershipPolicy(RendezvousSettings(job="j", min_nodes=1, max_nodes=2, max_restarts=0), now=0.0)
@@ -87,8 +87,8 @@ def test_a_peers_machine_name_reaches_reports_and_the_server_log_as_printable_te
 def test_the_agent_prints_what_peers_sent_as_printable_text(capsys, tmp_path):
     import sys
 
-    from tfdist.launch.elastic import messages as M
-    from tfdist.launch.elastic.agent import Agent, AgentSpec
+    from tfdist.launch.elastic.messages import protocol as M
+    from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
     from tfdist.protocol import Command
 
     agent = Agent(AgentSpec(job="j", endpoint_host="127.0.0.1", endpoint_port=1, min_nodes=1, max_nodes=1, slots=1,

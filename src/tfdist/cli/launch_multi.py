@@ -2,7 +2,7 @@
 
 Two ways in, one engine: ``--hostfile/--hosts`` (this machine serves the rendezvous and starts an agent on every
 host over ssh) and ``--nnodes ... --rdzv-endpoint`` (the same command on every machine; the machine that owns the
-endpoint's address serves the rendezvous). Both end in :class:`tfdist.launch.elastic.agent.Agent` on every machine.
+endpoint's address serves the rendezvous). Both end in :class:`tfdist.launch.elastic.agent.agent.Agent` on every machine.
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def job_secret(options: LaunchOptions) -> tuple[bytes, str]:
     if options.rdzv_insecure:
         if not options.rdzv_id:
             raise UsageError("--rdzv-insecure needs --rdzv-id", hint="the same job id on every machine")
-        from tfdist.launch.elastic.auth import INSECURE_SECRET
+        from tfdist.launch.elastic.tcp.auth import INSECURE_SECRET
 
         return INSECURE_SECRET, job_id(options.rdzv_id)
     if not options.rdzv_secret_file:
@@ -134,7 +134,7 @@ def run_multi(options: LaunchOptions) -> int:
     parse_nnodes(options.nnodes or "1")  # its error first
     etcd = None
     if options.rdzv_backend == "etcd":
-        from tfdist.launch.elastic.etcd_store import parse_conf
+        from tfdist.launch.elastic.etcd.store import parse_conf
 
         etcd = parse_conf(options.rdzv_endpoint, options.rdzv_conf, options.node_timeout,
                           dict(os.environ))
@@ -142,7 +142,7 @@ def run_multi(options: LaunchOptions) -> int:
         if options.rdzv_conf:
             raise UsageError("--rdzv-conf is for --rdzv-backend etcd", hint="add --rdzv-backend etcd, or drop it")
         parse_endpoint(options.rdzv_endpoint)  # its error before the secret's
-    from tfdist.launch.elastic.agent import Agent
+    from tfdist.launch.elastic.agent.agent import Agent
     from tfdist.launch.ssh.host_probe import versions
 
     secret, job = job_secret(options)
@@ -200,7 +200,7 @@ def _given_flags() -> dict[str, str]:
 
 
 def _task_options(options: LaunchOptions, named: bool, tf_log_level: str | None) -> Any:
-    from tfdist.launch.elastic.node_group import TaskOptions
+    from tfdist.launch.elastic.agent.node_group import TaskOptions
 
     level = None
     if tf_log_level is not None:

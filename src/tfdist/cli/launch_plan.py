@@ -1,7 +1,7 @@
 """``tfdist launch --dry-run`` across machines: what would run where, printed without starting or contacting anything.
 
 - rendezvous mode (``--nnodes``/``--rdzv-endpoint``): this machine's share, planned by the agent's own parts
-  (:class:`~tfdist.launch.elastic.node_group.NodeGroup`), so each task's environment and command are the ones a real
+  (:class:`~tfdist.launch.elastic.agent.node_group.NodeGroup`), so each task's environment and command are the ones a real
   round would use; only TF_CONFIG waits for the rendezvous, which sends the whole cluster when a round starts.
 - host-file mode: for each host, the ssh command that would start its agent and the workers it would run.
 """
@@ -20,7 +20,7 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
     """This machine's tasks of a rendezvous-mode job (``spec``: an AgentSpec)."""
     from tfdist.cluster.address import format_address
     from tfdist.launch.console.tflog import LEVEL_VARIABLE
-    from tfdist.launch.elastic.node_group import NodeGroup
+    from tfdist.launch.elastic.agent.node_group import NodeGroup
     from tfdist.launch.spec import Timeouts
 
     from tfdist.cli.launch_roles import machine_roles

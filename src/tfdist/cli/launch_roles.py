@@ -55,7 +55,7 @@ def hostfile_placement(options: LaunchOptions, entries: Sequence[Any], source: s
 def machine_roles(spec: Any) -> tuple[Any, str] | None:
     """For a rendezvous dry run: (cluster layout and this machine's tasks, the placement) of a round in which this
     machine has its node rank (else 0) and the other machines as many slots as this one and no pins."""
-    from tfdist.launch.elastic.round_roles import describe, local_tasks, round_layout
+    from tfdist.launch.elastic.rendezvous.round_roles import describe, local_tasks, round_layout
 
     if spec.roles is None:
         return None

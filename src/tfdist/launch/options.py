@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from tfdist.errors import UsageError
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.agent import AgentSpec
-    from tfdist.launch.elastic.etcd_store import EtcdConf
-    from tfdist.launch.elastic.membership_types import RendezvousSettings
-    from tfdist.launch.elastic.node_group import TaskOptions
+    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.etcd.store import EtcdConf
+    from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
+    from tfdist.launch.elastic.agent.node_group import TaskOptions
     from tfdist.launch.spec import LaunchSpec
     from tfdist.protocol import Command
 
@@ -135,7 +135,7 @@ class LaunchOptions:
             timeouts=Timeouts(grace=self.grace_period, hang=self.hang_timeout))
 
     def rendezvous_settings(self, job: str, min_nodes: int, max_nodes: int) -> RendezvousSettings:
-        from tfdist.launch.elastic.membership_types import RendezvousSettings
+        from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 
         return RendezvousSettings.for_job(job, min_nodes, max_nodes, node_timeout=self.node_timeout,
                                           rdzv_timeout=self.rdzv_timeout, first_round_wait=self.rdzv_last_call,
@@ -149,7 +149,7 @@ class LaunchOptions:
         read from ``--rdzv-secret-file``/``--rdzv-id`` by the CLI; ``etcd``: the parsed ``--rdzv-conf`` of the etcd
         backend (its first endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""
         from tfdist.cluster.placement import parse_roles
-        from tfdist.launch.elastic.agent import AgentSpec
+        from tfdist.launch.elastic.agent.agent import AgentSpec
 
         low, high = parse_nnodes(self.nnodes or "1")
         host, port = etcd.endpoints[0] if etcd is not None else parse_endpoint(self.rdzv_endpoint or "")

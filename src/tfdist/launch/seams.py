@@ -1,7 +1,7 @@
 """The Protocols at the launcher's seams: what its mechanism needs of the parts handed to it from outside, so that
 each is a real part or a test's stand-in, and a reader sees what is used. Nothing here imports the rest of tfdist.
 
-Others live beside their one consumer: :class:`tfdist.launch.elastic.node_group.RoundGroup` (what the agent needs of
+Others live beside their one consumer: :class:`tfdist.launch.elastic.agent.node_group.RoundGroup` (what the agent needs of
 a round's group), :class:`tfdist.launch.console.liveview.Watched` (what the live view reads of a run).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The in-memory snapshot file as both sides see it: the runtime writes and loads it
 (:mod:`tfdist.runtime.snapshots.format`), the multi-machine agent checks a copy it received from another machine
-(:mod:`tfdist.launch.elastic.snapshot_copy`) before putting it where its tasks will load it.
+(:mod:`tfdist.launch.elastic.agent.snapshot_copy`) before putting it where its tasks will load it.
 
     magic "TFDSNAP1" | u32 header length | header (JSON) | arrays, one after another | u32 CRC-32 | magic "TFDSEND1"
 

@@ -287,7 +287,7 @@ class WatchedSpec(Protocol):
 
 class Watched(Protocol):
     """What :func:`watch` reads of the single-machine :class:`~tfdist.launch.local.supervisor.Supervisor` or a
-    machine's :class:`~tfdist.launch.elastic.agent.Agent` (it never drives them). ``state`` is a
+    machine's :class:`~tfdist.launch.elastic.agent.agent.Agent` (it never drives them). ``state`` is a
     :class:`~tfdist.launch.outcome.RunState` (or its value); ``result`` is read once the run is over."""
 
     run_id: str

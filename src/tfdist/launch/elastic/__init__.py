@@ -1,7 +1,12 @@
-"""Multi-machine launches: the per-machine agent (``agent.py``) and the node group it runs (``node_group.py``: a
-local group of tasks that is one node of the job); the rendezvous: membership rules (``membership.py``: pure), the
-server and the agent's client (``server.py``, ``client.py``) or the etcd backend (``etcd_*.py``), the wire
-(``auth.py``: the handshake; ``wire.py``: authenticated frames, keep-alives; ``messages.py``, ``flight_messages.py``:
-the typed messages, checked when decoded); copying the newest backup and in-memory snapshot between machines
-(``backup_copy.py``, ``backup_relay.py``, ``snapshot_plan.py``, ``snapshot_copy.py``); address helpers
-(``netaddr.py``)."""
+"""Multi-machine launches, one package per concern (issue 32):
+
+- ``rendezvous/``: the job's rounds, backend-neutral and without sockets: the membership policy (pure) and its
+  vocabulary, round roles, the restore choice, the backup relay's trust rule, the job's hang report;
+- ``messages/``: the typed protocol, both directions and both backends, checked when decoded;
+- ``tcp/``: the built-in backend: server, admission, the handshake (``auth.py``), the framed wire, the agent's link;
+- ``etcd/``: the etcd backend: settings and signed records, key layout, the agent's link, the coordinator;
+- ``agent/``: one machine's side: the agent, its node group, the run record, the flight recorder's part, the backup
+  and snapshot copies.
+
+Directly here: what several of them share: the backend seam (``backend.py``), address helpers (``netaddr.py``) and
+the job secret (``secret.py``, also ``python -m tfdist.launch.elastic.secret``)."""

@@ -1,7 +1,7 @@
 """What the agent needs from a rendezvous backend: one interface, two backends.
 
 - ``tfdist`` (default): the built-in server, hosted by the machine that owns ``--rdzv-endpoint`` (or the host-file
-  driver); :class:`tfdist.launch.elastic.client.RendezvousLink` talks to it over one TCP connection.
+  driver); :class:`tfdist.launch.elastic.tcp.client.RendezvousLink` talks to it over one TCP connection.
 - ``etcd``: an etcd v3 cluster (``--rdzv-endpoint host:port[,host:port...]``); :class:`EtcdLink` carries the same
   messages through etcd keys, leases and watches, and the agents elect the machine that runs the policy.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.messages import Message, Send
+    from tfdist.launch.elastic.messages.protocol import Message, Send
 
 BACKENDS = ("tfdist", "etcd")
 

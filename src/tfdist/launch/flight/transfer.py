@@ -6,7 +6,7 @@ The rendezvous carries one frame of at most ``auth.MAX_FRAME`` bytes per message
 out: long texts end in :data:`CUT`, a thread keeps its innermost and outermost frames around a marker frame (whose
 file starts with ``<``, so the verdict rules read it as library code), left-out threads are counted in a last
 thread's name, and the whole message is shrunk step by step (fewer threads, then fewer frames) until it fits
-:data:`BUDGET` bytes. Pure functions; the message checks are in :mod:`tfdist.launch.elastic.flight_messages`.
+:data:`BUDGET` bytes. Pure functions; the message checks are in :mod:`tfdist.launch.elastic.messages.flight`.
 """
 from __future__ import annotations
 

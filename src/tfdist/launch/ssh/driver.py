@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Sequence
 
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.membership import RendezvousSettings
+from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
 from tfdist.cluster.hostfile import HostEntry
 from tfdist.launch.elastic.netaddr import resolve, route_address
 from tfdist.launch.console.task_output import terminal_streams, to_terminal
-from tfdist.launch.elastic.server import RendezvousServer
+from tfdist.launch.elastic.tcp.server import RendezvousServer
 from tfdist.launch.local.stops import StopRequests
 from tfdist.launch.seams import Say
 from tfdist.launch.ssh.comeback import CooldownRange
@@ -232,7 +232,7 @@ def run(spec: DriverSpec, *, say: Say = to_terminal,
     say_rdzv = lambda m: say(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
     recorder = None
     if spec.flight_recorder:
-        from tfdist.launch.elastic.hang_collection import JobRecorder
+        from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
 
         recorder = JobRecorder(folder=_report_folder(spec.log_dir), run_id=spec.job, say=say_rdzv)
     server = RendezvousServer(spec.settings, listen, 0, secret=spec.secret, say=say_rdzv, recorder=recorder).start()

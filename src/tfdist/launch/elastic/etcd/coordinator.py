@@ -1,0 +1,357 @@
+"""The etcd rendezvous' coordinator: the built-in server's loop, fed by etcd watches instead of TCP connections.
+
+Mechanism only: every rule is :class:`MembershipPolicy`'s, the same object the built-in server ticks, so both
+backends share min/max nodes, rounds, elastic loss and growth, failure blame and the restart budget. What differs:
+
+- a machine joins by writing ``nodes/<lease>`` and is lost when etcd deletes it (its lease expired or it left);
+- messages arrive as writes of ``from/<lease>`` and go out as writes of ``to/<lease>``;
+- rounds, stops and the job's end are written in one transaction each, guarded by this coordinator's claim (the
+  ``coordinator`` key's create revision), so a coordinator that lost its claim can no longer write anything;
+- the policy's counters are written to ``state`` as they change, so a coordinator that takes over (the previous
+  one's machine was lost) carries on with the same round numbers, restart budget and left-out machines, adopts the
+  running round when all its machines are still there, and otherwise stops it, as the built-in server would for a
+  lost machine.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
+from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
+from tfdist.cluster.placement import layout_word, role_list
+from tfdist.launch.elastic.rendezvous.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
+from tfdist.launch.elastic.rendezvous.membership import MembershipPolicy
+from tfdist.launch.elastic.messages import protocol as M
+from tfdist.launch.elastic.rendezvous.backup_relay import BackupRelay
+from tfdist.launch.outcome import Outcome
+
+TICK = 0.05
+AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change alone is no reason to write the state
+
+
+class Coordinator:
+    def __init__(self, store: EtcdStore, keys: JobKeys, settings: RendezvousSettings, secret: bytes | None, claim: int,
+                 me: str, *, say: Callable[[str], None], stop: threading.Event) -> None:
+        self.store, self.keys, self.settings, self.secret = store, keys, settings, secret
+        self.claim, self.me, self.say, self.stop = claim, me, say, stop
+        self.policy = MembershipPolicy(settings, time.monotonic())
+        self.lease_of: dict[int, str] = {}
+        self.id_of: dict[str, int] = {}
+        self.seen_seq: dict[str, int] = {}
+        self.events: queue.Queue[Entry | str] = queue.Queue()
+        self.relay = BackupRelay(self._send_plain, say)
+        self._state_written = ""
+        self._last_ok = time.monotonic()
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Coordinate until the job is over, the claim is lost, etcd is gone for node_timeout, or ``stop``."""
+        watches = []
+        try:
+            revision = self._take_over()
+            for prefix in (self.keys.nodes, self.keys.inbox):
+                watches.append(self.store.watch(prefix, revision + 1, self._on_entries,
+                                                lambda why: self.events.put(why)))
+            while not self.stop.is_set():
+                if not self._step():
+                    return
+        except _ClaimLost as lost:
+            self.say(f"stepping down: {lost}")
+        finally:
+            for watch in watches:
+                watch.cancel()
+
+    def _step(self) -> bool:
+        deadline = time.monotonic() + TICK
+        while True:
+            try:
+                item = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if isinstance(item, str):  # the watch lost history: start over from what etcd holds now
+                raise _ClaimLost(item)
+            self._on_event(item)
+        now = time.monotonic()
+        for action in self.policy.tick(now):
+            if not self._carry_out(action):
+                return False
+        self._save_state()
+        return self.policy.phase is not Phase.DONE
+
+    def _on_entries(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self.events.put(entry)
+
+    # -- taking over ---------------------------------------------------------------------------------------------
+    def _take_over(self) -> int:
+        revision, entries = self._guarded(lambda: self.store.get_prefix(self.keys.root))
+        by_key = {e.key: e for e in entries}
+        if self._open(by_key.get(self.keys.finish)) is not None:
+            raise _ClaimLost("the job is over")
+        state = self._open(by_key.get(self.keys.state)) or {}
+        record = self._open(by_key.get(self.keys.round)) or {}
+        policy = self.policy
+        policy.round = int(state.get("round", -1))
+        policy.restarts = int(state.get("restarts", 0))
+        policy.failures = {str(k): int(v) for k, v in (state.get("failures") or {}).items()}
+        now = time.monotonic()
+        policy.blacklist = {str(k): now + float(v) for k, v in (state.get("left_out") or {}).items()}
+        policy.lost = [str(n) for n in state.get("lost") or []]
+        policy.history = [str(h) for h in state.get("history") or []]
+        # The restart budget's window and back-off carry over too (else a takeover would hand out a fresh budget).
+        policy.adopt_budget_state(state, now)
+        latest: dict[str, dict[str, Any]] = {}
+        for entry in entries:
+            if entry.key.startswith(self.keys.inbox):
+                message = self._open(entry)
+                if message is not None:
+                    latest[JobKeys.lease_of(entry.key)] = message
+                    self.seen_seq[JobKeys.lease_of(entry.key)] = int(message.get("seq", 0))
+        for entry in sorted((e for e in entries if e.key.startswith(self.keys.nodes)),
+                            key=lambda e: e.create_revision):
+            self._join(entry, welcome=latest.get(JobKeys.lease_of(entry.key), {}).get("type") == "hello")
+        stale = {JobKeys.lease_of(e.key) for e in entries if e.key.startswith(self.keys.outbox)} - set(self.id_of)
+        for lease in stale:  # messages to machines of an earlier session or run
+            self._delete_outbox(lease)
+        if state:
+            self.say(f"took over at round {policy.round} ({len(policy.nodes)} machine(s) present)")
+        members = [(str(m), str(label)) for m, label in zip(record.get("members", []), record.get("labels", []))] \
+            if record.get("round") == policy.round else []
+        phase = str(state.get("phase", "waiting"))
+        if members and phase in ("running", "stopping", "finishing"):
+            self._adopt(members, latest, phase, now)
+        else:
+            self._feed_ready(latest, -1)
+        return revision
+
+    def _adopt(self, members: list[tuple[str, str]], latest: dict[str, dict[str, Any]], phase: str, now: float) -> None:
+        """Carry on with the running round: its machines still there stay in it; the missing ones are lost."""
+        policy = self.policy
+        policy.phase = Phase.RUNNING
+        missing = []
+        for lease, label in members:
+            node_id = self.id_of.get(lease)
+            if node_id is None:
+                node_id = -len(missing) - 1
+                missing.append(node_id)
+                policy.nodes[node_id] = Node(node_id=node_id, name=label, address=label, slots=1)
+            node = policy.nodes[node_id]
+            node.ready, node.in_round = False, True
+            message = latest.get(lease, {})
+            node.training = message.get("type") == "training"
+        for node_id in missing:
+            policy.on_lost(node_id, "its etcd lease expired while the coordinator moved", now)
+        if phase == "stopping" and policy.phase is Phase.RUNNING:
+            policy._begin_stop(now, graceful=True, reason="carrying on with the stop after the coordinator moved")
+        elif phase == "finishing" and policy.phase is Phase.RUNNING:
+            policy.phase = Phase.FINISHING
+            policy._finish_deadline = now + self.settings.after_success
+        self._feed_ready(latest, policy.round)
+
+    def _feed_ready(self, latest: dict[str, dict[str, Any]], round_: int) -> None:
+        """Replay each machine's latest message: exits of the adopted round, and who is ready for the next."""
+        now = time.monotonic()
+        for lease, message in latest.items():
+            node_id = self.id_of.get(lease)
+            node = self.policy.nodes.get(node_id) if node_id is not None else None
+            if node is None:
+                continue
+            if message.get("type") == "exited":
+                self._dispatch(node.node_id, message, now)
+            elif message.get("type") == "ready":
+                if node.in_round:
+                    if int(message.get("after_round", -1)) < round_:
+                        continue  # the ready that led into this round: the machine is still in it
+                    self.policy.on_exited(node.node_id, round_, Outcome.STOPPED, None, "stopped while the coordinator "
+                                          "moved", now)
+                self._dispatch(node.node_id, message, now)
+
+    # -- events --------------------------------------------------------------------------------------------------
+    def _on_event(self, entry: Entry) -> None:
+        self._last_ok = time.monotonic()
+        lease = JobKeys.lease_of(entry.key)
+        if entry.key.startswith(self.keys.nodes):
+            if entry.deleted:
+                node_id = self.id_of.pop(lease, None)
+                if node_id is not None:
+                    self.lease_of.pop(node_id, None)
+                    self.policy.on_lost(node_id, f"its etcd lease expired (no keep-alive for "
+                                        f"{self.settings.node_timeout:g}s) or it left", time.monotonic())
+                    self.say(f"lost {lease}")
+                    self._delete_outbox(lease)
+            elif lease not in self.id_of:
+                self._join(entry, welcome=True)
+            return
+        if entry.deleted or lease not in self.id_of:
+            return
+        message = self._open(entry)
+        if message is None:
+            return
+        seq = int(message.get("seq", 0))
+        if seq <= self.seen_seq.get(lease, 0):
+            return
+        self.seen_seq[lease] = seq
+        self._dispatch(self.id_of[lease], message, time.monotonic())
+
+    def _join(self, entry: Entry, *, welcome: bool) -> None:
+        lease = JobKeys.lease_of(entry.key)
+        join = self._open(entry)
+        if join is None:
+            return
+        node_id = entry.create_revision
+        try:
+            slots = int(join["slots"])
+            if not 1 <= slots <= 1024:
+                raise ValueError(slots)
+            rank = join.get("node_rank")
+            node = Node(node_id=node_id, name=str(join.get("name") or join["address"]),
+                        address=str(join["address"]), slots=slots, requested_rank=None if rank is None else int(rank),
+                        versions={str(k): str(v) for k, v in (join.get("versions") or {}).items()},
+                        roles=tuple(role_list(join.get("roles") or [])), layout=layout_word(join.get("layout", "")))
+        except (KeyError, TypeError, ValueError):
+            self.say(f"dropped the join record at {entry.key}: not a machine's record")
+            return
+        refusal = self.policy.on_join(node, str(join.get("job", "")))
+        if refusal is not None:
+            self.say(f"refused {node.label}: {refusal[0]}")
+            self._send_plain_lease(lease, "refused", reason=refusal[0], status=refusal[1])
+            return
+        self.id_of[lease], self.lease_of[node_id] = node_id, lease
+        if welcome:
+            self._send_plain_lease(lease, "welcome", node_id=node_id)
+            self.say(f"{node.label} joined ({node.slots} worker(s))")
+
+    def _dispatch(self, node_id: int, record: dict[str, Any], now: float) -> None:
+        if record.get("type") == "hello":  # opens a machine's outbox (etcd_link.connect): nothing to act on
+            return
+        try:  # checked as the built-in server checks a frame, then handled by type as it handles them
+            message = M.from_fields(record)
+        except M.ProtocolError as bad:
+            self.say(f"dropped a malformed {str(record.get('type'))[:40]!r} message from node {node_id}: {bad}")
+            return
+        match message:
+            case M.Ready():
+                self.policy.on_ready(node_id, tuple(message.ports),
+                                     None if message.backup is None else asdict(message.backup), message.snapshot)
+            case M.Training():
+                self.policy.on_training(node_id, message.round)
+            case M.Exited():
+                self.policy.on_exited(node_id, message.round, message.outcome, message.step, message.detail, now)
+            case M.File():
+                self.relay.on_upload(node_id, M.as_dict(message))
+
+    # -- actions -------------------------------------------------------------------------------------------------
+    def _carry_out(self, action: object) -> bool:
+        keys = self.keys
+        if isinstance(action, StartRound):
+            self.say(f"round {action.round}: " + ("a lost machine rejoins it" if action.rejoin else
+                                                  f"{len(action.nodes)} machine(s), {action.world_size} worker(s)"))
+            rejoin = action.rejoin  # a lost machine back in the running round (membership.py): nothing to restore
+            restore = {} if rejoin else self.relay.plan(self.policy.nodes, action)
+            copies = {} if rejoin else self.relay.plan_snapshot(self.policy.nodes, action)
+            puts = []
+            for a in action.assignments:
+                lease = self.lease_of.get(a.node_id)
+                if lease is not None:
+                    puts.append(self._message(lease, "round", round=action.round, node_rank=a.node_rank,
+                                              world_size=action.world_size, workers=list(action.workers),
+                                              first_index=a.first_index, nodes=[list(n) for n in action.nodes],
+                                              restore=restore.get(a.node_id), snapshot=copies.get(a.node_id)))
+            ids = ([i for i, n in self.policy.nodes.items() if n.in_round] if rejoin
+                   else [a.node_id for a in action.assignments])
+            chosen = [n for n in ids if n in self.lease_of]
+            record = {"round": action.round, "members": [self.lease_of[n] for n in chosen],
+                      "labels": [self.policy.nodes[n].label for n in chosen]}
+            puts.append((keys.round, seal(self.secret, keys.round, record), None))
+            puts.append(self._state_put())
+            self._txn(puts)
+            if not rejoin:
+                self.relay.request_upload(action.round)
+        elif isinstance(action, Stop):
+            self.say(f"stopping round {self.policy.round}: {action.reason}")
+            self._txn([self._message(self.lease_of[n], "stop", round=self.policy.round, graceful=action.graceful,
+                                     reason=action.reason) for n in action.node_ids if n in self.lease_of]
+                      + [self._state_put()])
+        elif isinstance(action, Finish):
+            finish_lease = self._guarded(lambda: self.store.grant(FINISH_TTL))
+            puts = [self._message(lease, "finish", status=action.status, report=action.report, coordinator=self.me)
+                    for lease in self.lease_of.values()]
+            puts.append((keys.finish, seal(self.secret, keys.finish, {"status": action.status}), finish_lease))
+            self._txn(puts, deletes=(keys.state, keys.round))
+            self.say(f"the job is over, exit status {action.status}")
+            return False
+        return True
+
+    def _message(self, lease: str, kind: str, **fields: Any) -> tuple[str, bytes, int | None]:
+        key = self.keys.to_node(lease)
+        return key, seal(self.secret, key, {"type": kind, **fields}), None
+
+    def _send_plain(self, node_id: int, kind: str, **fields: Any) -> None:
+        lease = self.lease_of.get(node_id)
+        if lease is not None:
+            self._send_plain_lease(lease, kind, **fields)
+
+    def _send_plain_lease(self, lease: str, kind: str, **fields: Any) -> None:
+        key, value, _ = self._message(lease, kind, **fields)
+        self._guarded(lambda: self.store.put(key, value))
+
+    def _delete_outbox(self, lease: str) -> None:
+        self._guarded(lambda: self.store.delete_prefix(self.keys.to_node(lease)))
+
+    # -- the policy's counters -----------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        p, now = self.policy, time.monotonic()
+        return {"round": p.round, "phase": p.phase.value, "restarts": p.restarts, "failures": p.failures,
+                "left_out": {k: max(0.0, v - now) for k, v in p.blacklist.items() if v > now},
+                "lost": p.lost, "history": p.history[-50:], **p.budget_state(now)}
+
+    def _state_put(self) -> tuple[str, bytes, None]:
+        value = seal(self.secret, self.keys.state, self._state())
+        self._state_written = _stable(self._state())
+        return self.keys.state, value, None
+
+    def _save_state(self) -> None:
+        if _stable(self._state()) != self._state_written and self.policy.phase is not Phase.DONE:
+            self._txn([self._state_put()])
+
+    # -- etcd calls ----------------------------------------------------------------------------------------------
+    def _txn(self, puts: list[tuple[str, bytes, int | None]], deletes: tuple[str, ...] = ()) -> None:
+        if not self._guarded(lambda: self.store.txn_if_created_at(self.keys.coordinator, self.claim, puts,
+                                                                   deletes)):
+            raise _ClaimLost("another machine coordinates now")
+
+    def _guarded(self, call: Callable[[], Any]) -> Any:
+        """Run ``call`` until it succeeds; step down when etcd is gone for node_timeout."""
+        while True:
+            try:
+                result = call()
+                self._last_ok = time.monotonic()
+                return result
+            except EtcdRefused as refused:
+                raise _ClaimLost(str(refused)) from None
+            except EtcdUnavailable as bad:
+                if self.stop.is_set() or time.monotonic() - self._last_ok > self.settings.node_timeout:
+                    raise _ClaimLost(f"etcd did not answer ({bad})") from None
+                self.stop.wait(0.1)
+
+    def _open(self, entry: Entry | None) -> dict[str, Any] | None:
+        if entry is None:
+            return None
+        body = unseal(self.secret, entry.key, entry.value)
+        if body is None:
+            self.say(f"dropped the record at {entry.key}: it does not prove the job secret")
+        return body
+
+
+class _ClaimLost(Exception):
+    """This coordinator must stop: another one took over, or etcd cannot be reached."""
+
+
+def _stable(state: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps({k: v for k, v in state.items() if k not in AGES}, sort_keys=True)

@@ -1,0 +1,284 @@
+"""The agent's end of the etcd rendezvous (``--rdzv-backend etcd``): the same calls and messages as the built-in
+backend's link, carried by etcd keys, leases and watches.
+
+Membership is a lease: the agent's join record is attached to a lease with a TTL of ``--node-timeout`` that a
+thread keeps alive; a machine that stops refreshing it (dead, cut off) is dropped by etcd itself, and the
+coordinator sees the delete in its watch. There is no rendezvous server: every agent campaigns to be the
+coordinator (create-if-absent on one key attached to its lease); the winner runs the same policy as the built-in
+server (``etcd_coordinator.py``) and any other agent takes over when its lease goes. So losing any machine, the
+first one included, or etcd's leader, stops at most the current round, never the job.
+
+The rendezvous counts as lost when etcd did not answer for ``node_timeout`` seconds or this machine's lease is gone
+(``Lost``, graceful: the workers save at the current step first, as etcd itself -- not a peer -- is what went away).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from tfdist.launch.elastic.messages import protocol as M
+from tfdist.launch.elastic.backend import FileSource
+from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
+from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
+from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
+from tfdist.launch.elastic.tcp.client import Lost, Refused, stdin_closed
+from tfdist.status import ExitStatus
+
+OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
+ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64 + JSON stay under etcd's 1.5 MiB request limit
+
+
+class EtcdLost(Lost):
+    """etcd (not a peer) went away, or dropped this machine: the workers save before they stop."""
+
+    graceful = True
+
+
+class EtcdLink:
+    """One agent session in one job's etcd rendezvous. Same calls as the built-in ``RendezvousLink``."""
+
+    def __init__(self, conf: EtcdConf, settings: RendezvousSettings, *, secret: bytes | None = None,
+                 watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None) -> None:
+        self.conf, self.settings, self.secret = conf, settings, secret
+        self.keys = JobKeys(conf.prefix, settings.job)
+        self.where = f"etcd {conf.where}"
+        self.watch_stdin = watch_stdin
+        self.say = say
+        self.store = EtcdStore(conf)
+        self.lease = 0
+        self.name = ""
+        self._inbox: queue.Queue[M.Message] = queue.Queue()
+        self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue(OUTBOX_SIZE)
+        self._closed = threading.Event()
+        self._last_ok = time.monotonic()
+        self._expired = False
+        self._seq = 0
+        self._round_seen = -1
+        self._watches: list[Any] = []
+        self._coordinator_gone = threading.Event()
+        self.coordinating = False
+
+    # -- joining -------------------------------------------------------------------------------------------------
+    def connect(self, join: dict[str, Any], deadline: float, give_up: Callable[[], bool]) -> None:
+        """Reach etcd (retrying until ``deadline``), take a lease, publish the join record, and wait for the
+        coordinator's answer. Raises Refused, TimeoutError."""
+        while True:
+            try:
+                self.store.connect()
+                break
+            except EtcdRefused as refused:
+                raise Refused(f"{refused} (check --rdzv-conf user=/password_file=/cacert=/cert=/key=)",
+                              int(ExitStatus.USAGE)) from None
+            except EtcdUnavailable:
+                self.store.close()
+                self.store = EtcdStore(self.conf)
+                if self.watch_stdin and stdin_closed():
+                    raise Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED)) \
+                        from None
+                if time.monotonic() > deadline or give_up():
+                    raise TimeoutError(f"no etcd answered at {self.conf.where} in time") from None
+                time.sleep(0.2)
+        try:
+            finished = self.store.get(self.keys.finish)
+            if finished is not None and unseal(self.secret, self.keys.finish, finished.value) is not None:
+                raise Refused("the job is over", int(ExitStatus.USAGE))
+            claim = self.store.get(self.keys.coordinator)
+            if claim is not None and unseal(self.secret, self.keys.coordinator, claim.value) is None:
+                raise Refused(f"job {self.settings.job!r} in etcd runs with another job secret (give every "
+                              "machine the same secret)", int(ExitStatus.USAGE))
+            self.lease = self.store.grant(self.settings.node_timeout)
+            self.name = lease_name(self.lease)
+            revision = self.store.put(self.keys.from_node(self.name), self._seal_from({"type": "hello"}),
+                                      lease=self.lease)
+            self._watches.append(self.store.watch(self.keys.to_node(self.name), revision + 1, self._on_to,
+                                                  self._on_gap))
+            self._watches.append(self.store.watch(self.keys.coordinator, revision + 1, self._on_coordinator,
+                                                  lambda _why: self._coordinator_gone.set()))
+            self.store.put(self.keys.node(self.name), seal(self.secret, self.keys.node(self.name), join),
+                           lease=self.lease)
+        except EtcdUnavailable as bad:
+            self.close()
+            raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad})") from None
+        except EtcdRefused as refused:
+            self.close()
+            raise Refused(f"{refused} (check --rdzv-conf user=/password_file=)", int(ExitStatus.USAGE)) from None
+        self._last_ok = time.monotonic()
+        for target, name in ((self._keep_alive, "etcd-lease"), (self._send_loop, "etcd-send"),
+                             (self._campaign, "etcd-campaign")):
+            threading.Thread(target=target, daemon=True, name=name).start()
+        while True:
+            try:
+                answer = self._inbox.get(timeout=0.2)
+            except queue.Empty:
+                self._check_alive()
+                if time.monotonic() > deadline or give_up():
+                    self.close()
+                    raise TimeoutError(f"no coordinator answered in etcd at {self.conf.where} in time") from None
+                continue
+            if isinstance(answer, M.Refused):
+                self.close()
+                raise Refused(answer.reason, answer.status)
+            if isinstance(answer, M.Welcome):
+                return
+
+    # -- receiving -----------------------------------------------------------------------------------------------
+    def _on_to(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            if entry.deleted:
+                continue
+            raw = unseal(self.secret, entry.key, entry.value)
+            if raw is None or not isinstance(raw.get("type"), str):
+                self.say(f"dropped a message at {entry.key}: it does not prove the job secret")
+                continue
+            try:  # checked as the built-in backend checks a frame: the agent gets the same typed messages
+                message = M.from_fields(raw)
+            except M.ProtocolError as bad:
+                self.say(f"dropped a message at {entry.key}: not a message of this protocol ({bad})")
+                continue
+            if isinstance(message, M.Round):
+                self._round_seen = max(self._round_seen, message.round)
+            if isinstance(message, M.Finish) and raw.get("coordinator") == self.name:
+                message = replace(message, print_report=True)  # the coordinator's machine prints the report
+            self._inbox.put(message)
+
+    def _on_gap(self, why: str) -> None:
+        self._expired = True  # missed messages cannot be recovered: leave and join again
+        self.say(f"{why}: joining again")
+
+    def next_message(self, timeout: float) -> M.Message | None:
+        """The next message from the coordinator, checked (``messages.py``), or None after ``timeout``. Raises
+        Lost."""
+        try:
+            message = self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            self._check_alive()
+            return None
+        return None if isinstance(message, M.Welcome) else message
+
+    def _check_alive(self) -> None:
+        if self._expired:
+            raise EtcdLost("this machine's etcd lease expired")
+        silent = time.monotonic() - self._last_ok
+        if silent > self.settings.node_timeout:
+            raise EtcdLost(f"etcd at {self.conf.where} did not answer for {silent:.0f}s")
+
+    # -- sending -------------------------------------------------------------------------------------------------
+    def send(self, kind: str, **fields: Any) -> None:
+        if kind == "ping" or self._closed.is_set():
+            return
+        if kind == "ready":
+            fields["after_round"] = self._round_seen
+        self._outbox.put({"type": kind, **fields})
+
+    def upload(self, request: M.Send, store: FileSource) -> None:
+        """Stream the backup files the coordinator asked for (``send``), in chunks etcd accepts."""
+        store.upload(_Rechunker(self), request)
+
+    def _seal_from(self, message: dict[str, Any]) -> bytes:
+        self._seq += 1
+        return seal(self.secret, self.keys.from_node(self.name), {**message, "seq": self._seq})
+
+    def _send_loop(self) -> None:
+        while not self._closed.is_set():
+            message = self._outbox.get()
+            if message is None:
+                return
+            while not self._closed.is_set():
+                try:
+                    self.store.put(self.keys.from_node(self.name), self._seal_from(message), lease=self.lease)
+                    self._last_ok = time.monotonic()
+                    break
+                except EtcdUnavailable:
+                    self._closed.wait(0.2)
+                except EtcdRefused:
+                    self._expired = True
+                    return
+
+    # -- the lease -----------------------------------------------------------------------------------------------
+    def _keep_alive(self) -> None:
+        interval = max(0.2, self.settings.node_timeout / 4)
+        wait = interval
+        while not self._closed.wait(wait):
+            try:
+                left = self.store.keepalive(self.lease)
+            except (EtcdUnavailable, EtcdRefused):
+                wait = 0.1  # another member may answer (a leader election takes about a second): ask again soon
+                continue
+            if left <= 0:
+                self._expired = True
+                return
+            self._last_ok, wait = time.monotonic(), interval
+
+    # -- coordination --------------------------------------------------------------------------------------------
+    def _on_coordinator(self, entries: list[Entry]) -> None:
+        if any(entry.deleted for entry in entries):
+            self._coordinator_gone.set()
+
+    def _campaign(self) -> None:
+        from tfdist.launch.elastic.etcd.coordinator import Coordinator
+
+        while not self._closed.is_set() and not self._expired:
+            self._coordinator_gone.clear()
+            if self._closed.is_set():  # close() set both after the loop's check: it must not wait a node_timeout
+                return
+            try:
+                claimed = self.store.create(self.keys.coordinator, seal(self.secret, self.keys.coordinator,
+                                                                        {"lease": self.name}), lease=self.lease)
+            except (EtcdUnavailable, EtcdRefused):
+                claimed = None
+            if claimed is not None:
+                self.coordinating = True
+                self.say("coordinating the rendezvous in etcd")
+                try:
+                    Coordinator(self.store, self.keys, self.settings, self.secret, claimed, self.name,
+                                say=lambda m: self.say(f"coordinator: {m}"), stop=self._closed).run()
+                finally:
+                    self.coordinating = False
+                continue
+            # Someone else coordinates: wait for its key to go (the watch), re-checking now and then.
+            self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
+
+    def close(self) -> None:
+        """Leave: stop this link's threads, its watches and its connection (also after its threads were stopped
+        some other way: the watches and the connection are released here only)."""
+        if self.store.closed:
+            return
+        self._closed.set()
+        self._coordinator_gone.set()  # wakes the campaign thread now rather than after node_timeout
+        try:
+            self._outbox.put_nowait(None)
+        except queue.Full:
+            pass
+        for watch in self._watches:
+            watch.cancel()
+        if self.lease:
+            try:
+                self.store.revoke(self.lease)  # leaving: the coordinator sees this machine go at once
+            except (EtcdUnavailable, EtcdRefused):
+                pass
+        self.store.close()
+
+
+class _Rechunker:
+    """Looks like a channel to ``BackupStore.upload``; re-cuts its chunks to sizes etcd accepts."""
+
+    def __init__(self, link: EtcdLink) -> None:
+        self.link = link
+
+    def send(self, kind: str, **fields: Any) -> bool:
+        import base64
+
+        if kind != "file":
+            self.link.send(kind, **fields)
+            return True
+        data = base64.b64decode(fields.pop("data"))
+        end, last = bool(fields.pop("end", False)), bool(fields.pop("last", False))
+        pieces = [data[i:i + ETCD_CHUNK] for i in range(0, len(data), ETCD_CHUNK)] or [b""]
+        for position, piece in enumerate(pieces):
+            final = position == len(pieces) - 1
+            self.link.send("file", data=base64.b64encode(piece).decode("ascii"), end=end and final,
+                           last=last and final, **fields)
+        return True

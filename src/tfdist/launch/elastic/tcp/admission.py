@@ -1,0 +1,301 @@
+"""Admission to the rendezvous: accepting connections and every connection's handshake and join, on one thread.
+
+Why one thread with a selector and not one thread per connection: a thread start costs about 0.1 ms and each leg of
+a handshake served by its own thread is one more wake-up; on the join's path that was most of what authentication
+added to a join. Here the accept, the challenge, the agent's proof and its join are read and answered by the one
+``rdzv-accept`` thread as the bytes arrive, never waiting on any one peer (non-blocking sockets, reads of at most
+what the current step needs); the server then welcomes the member and only after that starts the member's own
+thread (``server.py``).
+
+What a stranger can do is bounded (``server.py`` states the caps): at most :data:`PENDING_PER_SOURCE`
+unauthenticated connections per address (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are
+taken, the oldest gives way to the newcomer); each must finish the handshake within ``auth.HANDSHAKE_S`` seconds of
+its accept, and a connection that proved the secret gets ``auth.HANDSHAKE_S`` more for its join, holding no slot.
+A stranger holds at most :data:`auth.HELLO` bytes; one that fails anything is closed without a word. The accept
+survives running out of file descriptors (a line, a pause, and on).
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import hmac
+import selectors
+import socket
+import struct
+import threading
+import time
+from typing import Callable
+
+from tfdist.launch.elastic.tcp import auth
+
+PENDING_PER_SOURCE = 4
+PENDING_TOTAL = 32
+ACCEPT_BACKOFF_S = 0.1
+ACCEPTS_PER_WAKE = 16  # then the handshakes under way get their turn
+_LENGTH = struct.Struct(">I")
+_HELLO, _PROOF, _JOIN = 0, 1, 2  # what a connection's next bytes are
+_WAKE = "wake"  # the selector's mark for the wake-up pair
+
+
+class _Handshake:
+    """One connection's handshake under way: what it has sent so far and what comes next."""
+
+    __slots__ = ("sock", "source", "deadline", "step", "need", "buffer", "nonces", "expected", "session")
+
+    def __init__(self, sock: socket.socket, source: str, deadline: float) -> None:
+        self.sock, self.source, self.deadline = sock, source, deadline
+        self.step, self.need, self.buffer = _HELLO, auth.HELLO, bytearray()
+        self.nonces: tuple[bytes, bytes] = (b"", b"")
+        self.expected = b""
+        self.session: auth.Session | None = None
+
+
+class _Parked:
+    """A welcomed member whose own thread has not started yet: it starts when the member first speaks."""
+
+    __slots__ = ("sock", "closed", "wake")
+
+    def __init__(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
+        self.sock, self.closed, self.wake = sock, closed, wake
+
+
+class Admission:
+    """The accept loop. ``admitted(sock, session, payload)``: a connection that proved the secret, with its first
+    frame's payload (its join, not yet decoded); called on this thread, and it must not wait on the peer.
+
+    ``pending`` (unauthenticated connections per source address) and ``waiting`` (the same connections, oldest
+    first) are this thread's; others may read them (the tests do).
+    """
+
+    def __init__(self, accept: Callable[[], tuple[socket.socket, tuple]], listener: socket.socket, secret: bytes,
+                 *, admitted: Callable[[socket.socket, auth.Session, bytes], None], say: Callable[[str], None],
+                 closing: threading.Event) -> None:
+        self._accept_one = accept  # through the server, which owns the listener
+        self._listener = listener
+        self._secret = secret
+        self._admitted = admitted
+        self._say = say
+        self._closing = closing
+        self.pending: dict[str, int] = {}
+        self.waiting: dict[socket.socket, _Handshake] = {}
+        self._proved: dict[socket.socket, _Handshake] = {}  # proved the secret, their join not complete yet
+        self._parked: dict[socket.socket, _Parked] = {}
+        self._selector = selectors.DefaultSelector()
+        # Members to watch that joined on another thread (RendezvousServer.join_here), and a socket pair whose
+        # byte wakes this thread for them.
+        self._to_park: collections.deque[tuple[socket.socket, Callable[[], bool], Callable[[bool], None]]] = \
+            collections.deque()
+        self._wake_here, self._wake_there = socket.socketpair()
+        self._wake_there.setblocking(False)
+
+    def run(self) -> None:
+        self._listener.setblocking(False)
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        self._wake_here.setblocking(False)
+        self._selector.register(self._wake_here, selectors.EVENT_READ, _WAKE)
+        try:
+            while not self._closing.is_set():
+                try:
+                    self._turn()
+                except Exception as bad:  # noqa: BLE001 - the listener outlives any one connection
+                    self._say(f"rendezvous accept loop: {bad!r} (going on)")
+                    time.sleep(ACCEPT_BACKOFF_S)
+        finally:
+            for shake in [*self.waiting.values(), *self._proved.values()]:
+                shake.sock.close()
+            self.waiting.clear()
+            self._proved.clear()
+            self._parked.clear()  # members: their connections are the server's to close
+            self.pending.clear()
+            self._selector.close()
+            self._wake_here.close()
+            self._wake_there.close()
+
+    def park(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
+        """Watch a welcomed member's connection (on this thread, from ``admitted``) until the member first speaks,
+        closes it, or ``closed()`` (another thread closed it), then call ``wake(gone)`` here (``gone``: closed,
+        nothing to read): the member's own thread starts then, off the welcome's path (an agent's first message,
+        its ``ready``, follows the welcome at once), and not at all for a member that left without a word."""
+        self._sweep()
+        parked = _Parked(sock, closed, wake)
+        try:
+            self._selector.register(sock, selectors.EVENT_READ, parked)
+        except (OSError, ValueError, KeyError):
+            wake(False)
+            return
+        self._parked[sock] = parked
+
+    def park_soon(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
+        """:meth:`park`, from any thread: handed to this one (a deque and one byte), so the caller starts no thread
+        and waits for none."""
+        self._to_park.append((sock, closed, wake))
+        try:
+            self._wake_there.send(b"\0")
+        except OSError:
+            pass  # a byte is already waiting (the pair is full), or the loop has ended
+
+    def _park_handed(self) -> None:
+        try:
+            while self._wake_here.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._to_park:
+            self.park(*self._to_park.popleft())
+
+    def _wake(self, parked: _Parked, readable: bool) -> None:
+        if self._parked.pop(parked.sock, None) is None:
+            return  # already woken (by a sweep earlier in this turn)
+        try:  # by the socket object: this works after another thread closed it too
+            self._selector.unregister(parked.sock)
+        except (KeyError, ValueError):
+            pass
+        gone = not readable  # closed by another thread
+        if readable:
+            try:  # readable: a byte or the end is there, so this never waits
+                gone = parked.sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+        parked.wake(gone)
+
+    def _sweep(self) -> None:
+        """Wake the parked members that another thread closed, before a new socket may reuse their descriptor."""
+        for parked in [p for p in self._parked.values() if p.closed()]:
+            self._wake(parked, readable=False)
+
+    def _turn(self) -> None:
+        self._sweep()
+        now = time.monotonic()
+        first = min((s.deadline for s in (*self.waiting.values(), *self._proved.values())), default=now + 0.25)
+        for key, _ in self._selector.select(min(0.25, max(0.0, first - now))):
+            if key.data is None:
+                if not self._accept():
+                    return
+            elif key.data is _WAKE:
+                self._park_handed()
+            elif isinstance(key.data, _Parked):
+                self._wake(key.data, readable=True)
+            else:
+                self._step(key.data)
+        now = time.monotonic()
+        for shake in [s for s in (*self.waiting.values(), *self._proved.values()) if s.deadline <= now]:
+            self._drop(shake)  # too slow: closed without a word
+
+    def _accept(self) -> bool:
+        """Accept what is waiting; False when the listener is gone."""
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                sock, peer = self._accept_one()
+            except BlockingIOError:
+                return True
+            except OSError as bad:
+                if self._closing.is_set() or self._listener.fileno() < 0:
+                    return False
+                if bad.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._say(f"cannot accept a connection ({bad.strerror}); trying again")
+                time.sleep(ACCEPT_BACKOFF_S)  # never busy-loop on a persistent error
+                return True
+            self._admit(sock, str(peer[0]))
+        return True
+
+    def _admit(self, sock: socket.socket, source: str) -> None:
+        if self.pending.get(source, 0) >= PENDING_PER_SOURCE:
+            sock.close()  # say nothing: a stranger learns only that the port is busy
+            return
+        if len(self.waiting) >= PENDING_TOTAL:  # the oldest unauthenticated connection gives way
+            self._drop(next(iter(self.waiting.values())))
+        shake = _Handshake(sock, source, time.monotonic() + auth.HANDSHAKE_S)
+        self._sweep()
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._selector.register(sock, selectors.EVENT_READ, shake)
+        except (OSError, ValueError):
+            sock.close()
+            return
+        self.waiting[sock] = shake
+        self.pending[source] = self.pending.get(source, 0) + 1
+        self._step(shake)  # the hello is often here already
+
+    def _step(self, shake: _Handshake) -> None:
+        """Read what has arrived (never more than the current step needs) and answer it; never waits."""
+        try:
+            while True:
+                chunk = shake.sock.recv(shake.need - len(shake.buffer))
+                if not chunk:
+                    raise auth.ClosedEarly("closed during the handshake")
+                shake.buffer += chunk
+                if len(shake.buffer) < shake.need:
+                    continue
+                if self._advance(shake):
+                    return
+        except BlockingIOError:
+            return
+        except (auth.AuthError, OSError, ValueError):
+            self._drop(shake)  # not an agent of this job, or gone: closed without a word
+
+    def _advance(self, shake: _Handshake) -> bool:
+        """The current step's bytes are all there: answer them. True when there is nothing more to read now."""
+        data = bytes(shake.buffer)
+        if shake.step == _HELLO:
+            answer, agent_nonce, server_nonce = auth.answer_hello(self._secret, data)
+            try:  # a fresh socket's buffer is empty: it always fits in practice, and this never waits
+                sent = shake.sock.send(answer)
+            except BlockingIOError:
+                sent = 0
+            if sent != len(answer):
+                raise auth.AuthError("the challenge did not fit the send buffer")
+            # Worked out while the agent's answer travels: the proof to expect and the keys.
+            shake.expected = auth.agent_proof(self._secret, agent_nonce, server_nonce)
+            shake.session = auth.Session(self._secret, agent_nonce, server_nonce, is_server=True)
+            shake.step, shake.need = _PROOF, auth.MAC + _LENGTH.size  # the proof and the join's length
+            shake.buffer.clear()
+            return True  # the proof comes only after the agent read the challenge: no read that must fail now
+        elif shake.step == _PROOF:
+            if not hmac.compare_digest(data[: auth.MAC], shake.expected):
+                raise auth.AuthError("the agent did not prove the job secret")
+            (length,) = _LENGTH.unpack_from(data, auth.MAC)
+            if length > auth.MAX_FRAME:
+                raise auth.AuthError(f"a frame of {length} bytes is over the {auth.MAX_FRAME}-byte limit")
+            self._forget(shake)  # it proved the secret: it holds no slot any more, and gets time for its join
+            self._proved[shake.sock] = shake
+            shake.step, shake.need = _JOIN, shake.need + length + auth.MAC
+            shake.deadline += auth.HANDSHAKE_S
+            return False
+        else:
+            assert shake.session is not None
+            frame = memoryview(data)[auth.MAC:]
+            offset = [0]
+
+            def receive(count: int) -> bytes:
+                offset[0] += count
+                return bytes(frame[offset[0] - count: offset[0]])
+
+            payload = shake.session.read_frame(receive)  # raises AuthError on a bad MAC
+            self._proved.pop(shake.sock, None)
+            self._selector.unregister(shake.sock)
+            try:
+                self._admitted(shake.sock, shake.session, payload)
+            except Exception as bad:  # noqa: BLE001 - one member's trouble never ends the loop
+                self._say(f"dropped a member's connection: {bad!r}")
+                shake.sock.close()
+            return True
+        return False
+
+    def _forget(self, shake: _Handshake) -> None:
+        if self.waiting.pop(shake.sock, None) is None:
+            return
+        left = self.pending.get(shake.source, 1) - 1
+        if left > 0:
+            self.pending[shake.source] = left
+        else:
+            self.pending.pop(shake.source, None)
+
+    def _drop(self, shake: _Handshake) -> None:
+        self._forget(shake)
+        self._proved.pop(shake.sock, None)
+        try:
+            self._selector.unregister(shake.sock)
+        except (KeyError, ValueError):
+            pass
+        shake.sock.close()

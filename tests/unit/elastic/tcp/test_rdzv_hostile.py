@@ -1,0 +1,220 @@
+"""A hostile-peer corpus against a live rendezvous on loopback: after each attack the attacker has learnt nothing
+about the job (no id, no size, no names) and a real member still joins and gets a round."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from tests.unit.elastic.tcp.rdzv_peer import Peer, closed_without_a_word, live_server, stranger, wait_until
+from tfdist.launch.elastic.tcp import auth
+from tfdist.launch.elastic.messages import protocol as M
+
+JOB = "hostile-test-job"
+NAMES = (JOB.encode(), b"member-one", b"127.0.0.1", b"tensorflow")
+
+
+def _drain(sock: socket.socket, timeout: float = 3.0) -> bytes:
+    """Everything the server sends before it closes (or goes quiet)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    return data
+
+
+def wrong_secret(server):
+    sock = stranger(server)
+    sock.sendall(auth.MAGIC + os.urandom(auth.NONCE))
+    answer = sock.recv(auth.NONCE + auth.MAC)
+    sock.sendall(os.urandom(auth.MAC))
+    return answer + _drain(sock)
+
+
+def replayed_handshake(server):
+    real = socket.create_connection(server.address[:2])
+    sent: list[bytes] = []
+    original = real.sendall
+
+    class Tap:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def sendall(self, data):
+            sent.append(bytes(data))
+            return original(data)
+
+    auth.agent_handshake(Tap(), bytes(range(100, 132)))  # type: ignore[arg-type]
+    real.close()
+    sock = stranger(server)
+    sock.sendall(sent[0])
+    answer = sock.recv(auth.NONCE + auth.MAC)
+    sock.sendall(sent[1])  # the proof for the old nonces
+    sock.sendall(struct.pack(">I", 10) + b'{"type":1}' + b"\0" * 32)
+    return answer + _drain(sock)
+
+
+def reflected_proof(server):
+    sock = stranger(server)
+    nonce = os.urandom(auth.NONCE)
+    sock.sendall(auth.MAGIC + nonce)
+    answer = sock.recv(auth.NONCE + auth.MAC)
+    sock.sendall(answer[auth.NONCE:])  # the server's own proof, sent back
+    return answer + _drain(sock)
+
+
+def garbage(server):
+    sock = stranger(server)
+    sock.sendall(os.urandom(4096))
+    return _drain(sock)
+
+
+def old_protocol_join(server):
+    sock = stranger(server)
+    sock.sendall(json.dumps({"v": 1, "type": "join", "job": JOB, "name": "x", "address": "127.0.0.2",
+                             "slots": 1, "node_rank": 0}).encode() + b"\n")
+    return _drain(sock)
+
+
+def http_probe(server):
+    sock = stranger(server)
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return _drain(sock)
+
+
+def stall(server):
+    sock = stranger(server)
+    return b"" if closed_without_a_word(sock, timeout=10) else b"still open"
+
+
+def trickle(server):
+    sock = stranger(server)
+    for byte in auth.MAGIC:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            break
+        time.sleep(0.1)
+    return _drain(sock, timeout=10)
+
+
+def flood(server):
+    socks, answers = [], b""
+    for _ in range(60):
+        try:
+            socks.append(stranger(server, "127.0.0.3"))
+        except OSError:
+            pass
+    for sock in socks:
+        answers += _drain(sock, timeout=0.05)
+    for sock in socks:
+        sock.close()
+    return answers
+
+
+def huge_line(server):
+    sock = stranger(server)
+    try:
+        sock.sendall(b"[" * (8 * 1024 * 1024))
+    except OSError:
+        pass
+    return _drain(sock)
+
+
+ATTACKS = [wrong_secret, replayed_handshake, reflected_proof, garbage, old_protocol_join, http_probe, stall,
+           trickle, flood, huge_line]
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.__name__ for a in ATTACKS])
+def test_a_stranger_learns_nothing_and_changes_nothing(attack, monkeypatch):
+    # The member sends nothing from its join to its ready (no keep-alives): a node timeout long enough that a
+    # loaded machine's pause between the two never counts as a lost member.
+    with live_server(job=JOB, min_nodes=2, max_nodes=2, node_timeout=30.0) as server:
+        member = Peer(server)
+        assert isinstance(member.join("member-one", job=JOB), M.Welcome)  # a job is under way
+        with monkeypatch.context() as short:
+            # Half a second for the strangers' handshakes (read at each accept), so that stall and trickle end
+            # soon; the members, before and after, have the real deadline, which a loaded machine may need.
+            short.setattr(auth, "HANDSHAKE_S", 0.5)
+            seen = attack(server)
+            assert len(seen) <= auth.NONCE + auth.MAC  # at most the server's half of the handshake
+            assert not any(name in seen for name in NAMES)
+            assert [n.name for n in server.policy.nodes.values()] == ["member-one"]
+            wait_until(lambda: not server._pending, what="every stranger's slot freed")
+        second = Peer(server)
+        assert isinstance(second.join("member-two", job=JOB), M.Welcome)
+        member.send(M.Ready(ports=[1]))
+        second.send(M.Ready(ports=[2]))
+        assert isinstance(member.receive((M.Round,)), M.Round)
+
+
+# -- members with the secret that misbehave: each loses its own connection, the job goes on ------------------------
+def _bad_frame(peer: Peer) -> None:
+    frame = bytearray(peer.session.seal(M.encode(M.Ping())))
+    frame[-1] ^= 1
+    peer.channel.drain(1.0)
+    peer.sock.sendall(bytes(frame))
+
+
+def _replayed_frame(peer: Peer) -> None:
+    frame = peer.session.seal(M.encode(M.Ping()))
+    peer.channel.drain(1.0)
+    peer.sock.sendall(frame + frame)
+
+
+def _oversized_frame(peer: Peer) -> None:
+    peer.channel.drain(1.0)
+    peer.sock.sendall(struct.pack(">I", 2**31))
+
+
+def _escaping_manifest(peer: Peer) -> None:
+    peer.send_raw(json.dumps({"v": 1, "type": "ready", "ports": [1], "backup": {
+        "fs": "ab", "name": "ckpt-9", "files": {"../../etc/cron.d/x": "ab" * 32}, "sizes": {"../../etc/cron.d/x": 1}}}
+    ).encode())
+
+
+def _file_with_a_path(peer: Peer) -> None:
+    peer.send_raw(json.dumps({"v": 1, "type": "file", "name": "/etc/passwd", "data": ""}).encode())
+
+
+def _too_many_ports(peer: Peer) -> None:
+    peer.send_raw(json.dumps({"v": 1, "type": "ready", "ports": list(range(1, 5000))}).encode())
+
+
+MISDEEDS = [_bad_frame, _replayed_frame, _oversized_frame, _escaping_manifest, _file_with_a_path, _too_many_ports]
+
+
+@pytest.mark.parametrize("misdeed", MISDEEDS, ids=[m.__name__.strip("_") for m in MISDEEDS])
+def test_a_misbehaving_member_is_dropped_and_the_job_goes_on(misdeed):
+    said: list[str] = []
+    with live_server(job=JOB, said=said, min_nodes=1, max_nodes=2) as server:
+        bad = Peer(server)
+        assert isinstance(bad.join("bad-one", job=JOB), M.Welcome)
+        misdeed(bad)
+        wait_until(lambda: any(line.startswith("lost node 1") for line in said), what="the member dropped")
+        good = Peer(server)
+        assert isinstance(good.join("good-one", job=JOB), M.Welcome)
+        good.send(M.Ready(ports=[2]))
+        assert isinstance(good.receive((M.Round,)), M.Round)
+
+
+def test_a_forged_frame_injected_into_a_members_connection_is_rejected():
+    """Someone on the path writes a frame into a member's TCP stream: without the session key its MAC fails."""
+    said: list[str] = []
+    with live_server(job=JOB, said=said, min_nodes=1, max_nodes=1) as server:
+        member = Peer(server)
+        assert isinstance(member.join("member-one", job=JOB), M.Welcome)
+        forged = auth.Session(b"not the secret", b"a" * 32, b"b" * 32, is_server=False)
+        member.channel.drain(1.0)
+        member.sock.sendall(forged.seal(M.encode(M.Exited(round=0, outcome="failed", detail="injected"))))
+        wait_until(lambda: any("failed its authentication check" in line for line in said))
+        assert not any("injected" in line for line in said)
+        threading.Event().wait(0.1)
