@@ -13,6 +13,7 @@ script can all use it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -27,11 +28,14 @@ class Extra:
         name: the extra's name in pyproject.toml (``pip install 'tfdist[<name>]'``).
         modules: the top-level import names tfdist uses from it.
         used_for: what needs it, for the docs' install section.
+        needed_by_modules: tfdist's own modules (and the modules under them) that need it to run at all, so that
+            ``tfdist launch -m`` one of them says so before starting tasks that would each fail.
     """
 
     name: str
     modules: tuple[str, ...]
     used_for: str
+    needed_by_modules: tuple[str, ...] = ()
 
     @property
     def install(self) -> str:
@@ -41,7 +45,8 @@ class Extra:
 
 EXTRAS: dict[str, Extra] = {extra.name: extra for extra in (
     Extra("etcd", ("pyetcd",), "--rdzv-backend etcd: the etcd v3 client (etcd-sdk-python, imported as pyetcd)"),
-    Extra("examples", ("sklearn",), "the digits example's data set, which ships with scikit-learn"),
+    Extra("examples", ("sklearn",), "the digits example's data set, which ships with scikit-learn",
+          needed_by_modules=("tfdist.examples",)),
     # TensorFlow 2.21 no longer depends on TensorBoard; without it tf.summary cannot write a single scalar.
     Extra("tensorboard", ("tensorboard",), "TensorBoard summaries of tfdist.runtime.callbacks and tfdist tensorboard"),
 )}
@@ -80,6 +85,27 @@ def require(name: str, needed_by: str, module: str | None = None) -> ModuleType:
         raise MissingExtra(extra, needed_by, f"{target} does not import: {_first_line(missing)}") from None
     except Exception as broken:  # noqa: BLE001 - any failure to import makes the extra unusable; say which
         raise MissingExtra(extra, needed_by, f"{target} does not import: {_first_line(broken)}") from None
+
+
+def require_for_module(module: str, needed_by: str) -> None:
+    """Check that the extras tfdist's own ``module`` needs (:attr:`Extra.needed_by_modules`) are installed, without
+    importing them (a launcher need not pay for its tasks' imports; a broken install is the task's to report).
+
+    Raises:
+        MissingExtra: one is not installed.
+    """
+    for extra in EXTRAS.values():
+        if any(module == owner or module.startswith(f"{owner}.") for owner in extra.needed_by_modules):
+            for name in extra.modules:
+                if not _findable(name):
+                    raise MissingExtra(extra, needed_by)
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken parent package, or a module without a spec
+        return False
 
 
 def _first_line(error: BaseException) -> str:

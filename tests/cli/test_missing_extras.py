@@ -47,6 +47,17 @@ def test_tensorboard_command_without_tensorboard_is_one_line(tmp_path: Path, dry
     assert (result.returncode, result.stderr, result.stdout) == (2, TENSORBOARD_LINE, "")
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["start", "dry-run"])
+def test_the_example_without_scikit_learn_is_one_line_before_any_task_starts(tmp_path: Path, isolated_home: Path,
+                                                                             dry_run: list[str]) -> None:
+    result = _tfdist(["launch", "-n", "2", *dry_run, "-m", "tfdist.examples.digits", "--model-dir",
+                      str(tmp_path / "model")], "sklearn", tmp_path)
+    assert (result.returncode, result.stderr, result.stdout) == (
+        2, "tfdist launch: error: -m tfdist.examples.digits needs the examples extra: pip install 'tfdist[examples]'\n",
+        "")
+    assert not (isolated_home / ".local" / "state" / "tfdist").exists() and list(tmp_path.iterdir()) == []
+
+
 def test_a_broken_client_install_is_named_in_the_same_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     # The client is there but one of its own dependencies is not (grpc): reinstalling the extra is still the fix.

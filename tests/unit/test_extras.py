@@ -154,3 +154,14 @@ def test_summaries_without_tensorboard_are_off_with_one_line_from_the_chief(
         assert captured.err == ("tfdist: warning: TensorBoard in tfdist.runtime.callbacks needs the tensorboard "
                                 "extra: pip install 'tfdist[tensorboard]'; training on without TensorBoard summaries "
                                 "(tensorboard=False: none wanted)\n")
+
+
+def test_only_tfdists_own_modules_that_need_an_extra_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfdist.extras import MissingExtra, require_for_module
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # find_spec answers ValueError for it: not findable
+    for module in ("tfdist.examples.digits", "tfdist.examples"):
+        with pytest.raises(MissingExtra, match=r"^-m x needs the examples extra: pip install 'tfdist\[examples\]'$"):
+            require_for_module(module, "-m x")
+    for module in ("tfdist.examplesque", "train", "sklearn.datasets"):  # not ours: the task's own imports decide
+        require_for_module(module, "-m x")
