@@ -134,7 +134,10 @@ def run_multi(options: LaunchOptions) -> int:
     parse_nnodes(options.nnodes or "1")  # its error first
     etcd = None
     if options.rdzv_backend == "etcd":
+        from tfdist.extras import require
         from tfdist.launch.elastic.etcd.store import parse_conf
+
+        require("etcd", "--rdzv-backend etcd")  # the client library, before anything starts
 
         etcd = parse_conf(options.rdzv_endpoint, options.rdzv_conf, options.node_timeout,
                           dict(os.environ))

@@ -1,7 +1,6 @@
 """``tfdist tensorboard``: start TensorBoard on a job's shared log directory and print its address."""
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import signal
 import subprocess
@@ -19,7 +18,7 @@ READY_TIMEOUT_S = 120.0
 
 
 def tensorboard_argv(logdir: str, port: int, host: str) -> list[str]:
-    """The TensorBoard command line, run with this Python (TensorBoard ships with TensorFlow)."""
+    """The TensorBoard command line, run with this Python (the one the tensorboard extra is installed into)."""
     return [sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port), "--host", host]
 
 
@@ -56,6 +55,7 @@ def command(logdir: str, port: int, host: str, dry_run: bool) -> int:
     from pathlib import Path
 
     from tfdist.errors import TfdistError, UsageError
+    from tfdist.extras import require
     from tfdist.validate import host as check_host
 
     check_host(host, "--host")
@@ -63,14 +63,13 @@ def command(logdir: str, port: int, host: str, dry_run: bool) -> int:
         raise UsageError(f"--logdir {logdir} is not a folder" + (" (it is a file)" if Path(logdir).exists() else ""),
                          hint="give the job's TensorBoard folder (MODEL_DIR/logs, which the chief creates "
                          "once training starts)", reference="tensorboard-no-logdir")
+    # TensorFlow 2.21 no longer installs TensorBoard: say so before printing or starting a command that cannot run.
+    require("tensorboard", "this command")
     argv = tensorboard_argv(logdir, port, host)
     url = _url(host, port)
     if dry_run:
         click.echo(shlex.join(argv))
         return 0
-    if importlib.util.find_spec("tensorboard") is None:
-        raise TfdistError("TensorBoard is not installed in this Python environment",
-                          hint="pip install 'tfdist[cpu]' (TensorBoard ships with TensorFlow)")
     process = subprocess.Popen(argv)
     # Forward a polite stop (a scheduler's SIGTERM) to TensorBoard instead of leaving it orphaned.
     previous = signal.signal(signal.SIGTERM, lambda *_: process.terminate())

@@ -44,14 +44,15 @@ def load_digits(seed: int):
     """Features scaled to [0, 1] and a fixed 80/20 train/test split."""
     import numpy as np
 
+    from tfdist.extras import MissingExtra, require
+
     try:
-        from sklearn.datasets import load_digits as sklearn_digits
-    except ImportError:
-        print("digits: error: the data set ships with scikit-learn, which is not installed "
-              "(pip install 'tfdist[examples]')", file=sys.stderr)
+        datasets = require("examples", "the digits data set", module="sklearn.datasets")
+    except MissingExtra as missing:
+        print(f"digits: error: {missing.one_line()}", file=sys.stderr)
         raise SystemExit(2) from None
 
-    data = sklearn_digits()
+    data = datasets.load_digits()
     x = (data.data / 16.0).astype("float32")
     y = data.target.astype("int64")
     order = np.random.default_rng(seed).permutation(len(x))

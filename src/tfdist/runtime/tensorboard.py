@@ -6,11 +6,35 @@ microseconds per step. So :func:`keras_tensorboard` drops its batch hooks, and :
 step-level scalars (``train/loss``, ``train/examples_per_second``, ``train/step_time_seconds``) every
 ``every_seconds``, averaged since the last write: the cost (a few ms per write, one device sync for the loss) stays
 negligible however short a step is. Only the chief writes, so one event file per job grows.
+
+TensorFlow 2.21 no longer installs TensorBoard, and without it ``tf.summary.scalar`` raises ``TBNotInstalledError``
+-- at the end of the first epoch, after that epoch trained. :func:`summaries_available` tells before ``fit``.
 """
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
+
+from tfdist.extras import MissingExtra, require
+
+
+def summaries_available(is_chief: bool) -> bool:
+    """Whether summaries can be written here; if not, the chief says in one line what to install (once per job).
+
+    Without TensorBoard the job trains on, with no summaries, rather than failing: they are on by default and only
+    observe the training (nothing is lost without them, and the fix can wait for the next run), while a job that
+    fails at its start may have waited long for its machines, as a scheduled or multi-machine job does.
+    ``callbacks(..., tensorboard=False)`` asks for no summaries, and says nothing.
+    """
+    try:
+        require("tensorboard", "TensorBoard in tfdist.runtime.callbacks")
+    except MissingExtra as missing:
+        if is_chief:
+            print(f"tfdist: warning: {missing.one_line()}; training on without TensorBoard summaries "
+                  "(tensorboard=False: none wanted)", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def keras_tensorboard(log_dir: str, **kwargs: Any) -> Any:

@@ -107,7 +107,8 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     Args:
         model_dir: shared directory for backups, checkpoints and logs.
         save_every_steps: fault-tolerance save interval in steps (default ``TFDIST_SAVE_EVERY_STEPS`` or 100).
-        tensorboard: add TensorBoard summaries.
+        tensorboard: add TensorBoard summaries (where TensorBoard is not installed, the chief says what to
+            install in one line and the job trains without them: see :mod:`tfdist.runtime.tensorboard`).
         fault_tolerance: add ``BackupAndRestore`` (per epoch under ParameterServerStrategy, which allows no
             batch-level callbacks).
         global_batch_size: examples per step over all replicas, for throughput metrics.
@@ -118,10 +119,11 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
 
     from tfdist.runtime import metrics
     from tfdist.runtime.progress import Progress, progress_callback, time_backups
-    from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard
+    from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard, summaries_available
 
     result: list[Any] = []
     info = cluster_info()
+    tensorboard = tensorboard and summaries_available(info.is_chief)  # else fit fails after its first epoch
     heartbeat = Heartbeat()
     if info.num_ps:
         # ParameterServerStrategy allows neither batch-level callbacks nor the preemption handler.

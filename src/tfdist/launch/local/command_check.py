@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 from tfdist.compat.keras import tf_keras_available
 from tfdist.constants import LEGACY_KERAS
 from tfdist.errors import UsageError
+from tfdist.extras import require_for_module
 from tfdist.protocol import Command
 from tfdist.launch.spec import LaunchSpec
 
@@ -31,8 +32,8 @@ def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
     with that interpreter, as given.
 
     Raises:
-        UsageError: nothing to run, the script does not exist, or the interpreter is given options tfdist would not
-            pass on.
+        UsageError: nothing to run, the script does not exist, the interpreter is given options tfdist would not
+            pass on, or a module of tfdist's own (an example) lacks the extra it needs.
     """
     if not target:
         raise UsageError("no training script given", hint="usage: tfdist launch [OPTIONS] [--] SCRIPT [ARGS...]")
@@ -44,6 +45,8 @@ def resolve_command(target: Sequence[str], *, module: bool, no_python: bool,
     if not module and is_python_word(head):
         return _interpreter_given(head, rest)
     if module:
+        if python == sys.executable:  # the tasks run in this environment: a missing extra fails each of them
+            require_for_module(head, f"-m {head}")
         return Command(target=head, args=tuple(rest), interpreter=python, module=True)
     if not os.path.isfile(head):
         raise UsageError(f"training script {head!r} does not exist", hint="check the path, or use -m MODULE")

@@ -328,7 +328,7 @@ class Supervisor:
     def _contain(self) -> None:
         self._keep = {c.pid for c in psutil.Process().children()}  # not ours to kill (a test runner's helpers)
         # Removed by _cleanup, or by the watcher if this process is killed with SIGKILL.
-        self.snapshot_dir = create_snapshot_folder(self.run_id)
+        self.snapshot_dir = create_snapshot_folder(self.run_id, say=self._say)
         if not self.contain:
             return
         become_subreaper()

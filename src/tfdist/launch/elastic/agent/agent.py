@@ -182,7 +182,7 @@ class Agent:
         self.stops.install()
         self.stops.forward(self._forward_stop)
         try:
-            self.snapshots = WatchedSnapshotFolder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}")
+            self.snapshots = WatchedSnapshotFolder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}", say=self.say)
             self._start_metrics()
             status = self._run()
             self.result = machine_run.AgentResult(machine_run.cause_of(status), max(0, self.round))
