@@ -120,3 +120,29 @@ def test_redirects_are_followed_but_never_down_to_http(tmp_path: Path) -> None:
     assert refused.status == "error" and "refused redirect from https to http" in refused.error
     assert allowed.status == "ok", allowed.error
     assert "/simple/pip/" in plain.behaviour.requests
+
+
+def test_a_mirror_is_asked_as_each_tool_and_a_403_blocks_it_for_that_tool() -> None:
+    """Issue 35 item 6: one firewall refuses uv's User-Agent, another refuses both pip's and uv's."""
+    from tfdist.mirror.agents import ClientFacts, ToolAgent, pip_user_agent, uv_user_agent
+
+    facts = ClientFacts(python="3.14.6", implementation="CPython", implementation_version="3.14.6", system="Linux")
+    agents = (ToolAgent("pip", "26.1.2", pip_user_agent("26.1.2", facts)),
+              ToolAgent("uv", "0.13.9", uv_user_agent("0.13.9", facts)))
+    mirrors = {"open": start_mirror(Behaviour(), size=64 * 1024),
+               "no-uv": start_mirror(Behaviour(refuse_agents=("uv/",)), size=64 * 1024),
+               "no-tools": start_mirror(Behaviour(refuse_agents=("pip/", "uv/")), size=64 * 1024)}
+    try:
+        by_name, order = _probe(mirrors, timeout=3.0, agents=agents)
+    finally:
+        for m in mirrors.values():
+            m.stop()
+    assert by_name["open"].usable and by_name["open"].blocked_for == ()
+    assert by_name["no-uv"].blocked_for == ("uv",) and not by_name["no-uv"].usable
+    assert by_name["no-uv"].status == "ok"  # measured as pip, which it serves
+    assert by_name["no-tools"].status == "blocked" and by_name["no-tools"].blocked_for == ("pip", "uv")
+    assert "HTTP 403 to pip 26.1.2's User-Agent" in by_name["no-tools"].error
+    assert order == ["open", "no-tools", "no-uv"]  # a mirror that refuses a tool comes after every usable one
+    assert fastest(list(by_name.values())).name == "open"
+    seen = mirrors["no-uv"].behaviour.user_agents
+    assert any(ua.startswith("pip/26.1.2 {") for ua in seen) and any(ua.startswith("uv/0.13.9 {") for ua in seen)
