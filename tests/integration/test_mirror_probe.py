@@ -146,3 +146,26 @@ def test_a_mirror_is_asked_as_each_tool_and_a_403_blocks_it_for_that_tool() -> N
     assert fastest(list(by_name.values())).name == "open"
     seen = mirrors["no-uv"].behaviour.user_agents
     assert any(ua.startswith("pip/26.1.2 {") for ua in seen) and any(ua.startswith("uv/0.13.9 {") for ua in seen)
+
+
+def test_a_conda_channel_that_refuses_conda_blocks_the_mirror_for_conda() -> None:
+    from tests.fixtures.mirror.conftest_helpers import probe_projects
+    from tests.fixtures.mirror.loopback import LoopbackMirror
+    from tfdist.mirror.agents import ToolAgent
+
+    channel = {"/anaconda/pkgs/main/noarch/repodata.json": b'{"packages": {}}'}
+    refusing = LoopbackMirror(probe_projects(64 * 1024), Behaviour(refuse_agents=("conda/",)), files=channel).start()
+    serving = LoopbackMirror(probe_projects(64 * 1024), Behaviour(), files=channel).start()
+    conda = ToolAgent("conda", "24.7.1", "conda/24.7.1 requests/2.32.3 CPython/3.12.4 Linux/6.8.0 ubuntu/24.04")
+    base = "http://127.0.0.1:{}/anaconda/pkgs/main"
+    targets = [ProbeTarget("refusing", refusing.url, base.format(refusing.port)),
+               ProbeTarget("serving", serving.url, base.format(serving.port))]
+    try:
+        results = {r.name: r for r in probe_all(targets, ProbeConfig(timeout=3.0, allow_insecure=True,
+                                                                      agents=(conda,)))}
+    finally:
+        refusing.stop()
+        serving.stop()
+    assert results["refusing"].blocked_for == ("conda",) and not results["refusing"].usable
+    assert results["serving"].blocked_for == () and results["serving"].usable
+    assert "/anaconda/pkgs/main/noarch/repodata.json" in serving.behaviour.requests

@@ -71,7 +71,8 @@ def test_the_doctor_predicts_the_keras_that_tfdist_launch_and_tf_config_give(
 
 
 def _facts(tf: str, *, tf_keras: str | None = None, legacy: str | None = None) -> Facts:
-    dists = (Distribution("tensorflow", tf, "/site"),) + ((Distribution("tf-keras", tf_keras, "/site"),) if tf_keras else ())
+    dists = (Distribution("tensorflow", tf, "/site"),)
+    dists += (Distribution("tf-keras", tf_keras, "/site"),) if tf_keras else ()
     return Facts(
         system=SystemFacts(platform="linux", machine="x86_64", python_version="3.11.9", tf_use_legacy_keras=legacy),
         driver=DriverFacts(state="ok", driver_version="550.90.07", cuda_driver_version="12.4",
@@ -79,8 +80,8 @@ def _facts(tf: str, *, tf_keras: str | None = None, legacy: str | None = None) -
         libraries=LibraryFacts(),
         tensorflow=TensorFlowFacts(dists=dists, package_dir="/site/tensorflow", tf_keras=tf_keras,
                                    build_info={"is_cuda_build": True, "cuda_version": "12.5.1"}),
-        xla=XlaFacts(probed=True, roots=(CudaRoot("./cuda_sdk_lib", "default"), CudaRoot("/usr/local/cuda", "/usr/local/cuda"),
-                                          CudaRoot(".", "cwd"))),
+        xla=XlaFacts(probed=True, roots=(CudaRoot("./cuda_sdk_lib", "default"),
+                                          CudaRoot("/usr/local/cuda", "/usr/local/cuda"), CudaRoot(".", "cwd"))),
     )
 
 

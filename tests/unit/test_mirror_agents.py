@@ -92,3 +92,30 @@ def test_uvs_user_agent_matches_what_the_installed_uv_sends(tmp_path: Path) -> N
     assert list(our_data) == list(real_data)
     for key in ("python", "implementation", "system", "cpu", "installer"):
         assert our_data[key] == real_data[key], key
+
+
+def _conda_root(tmp_path: Path, records: list[str]) -> Path:
+    meta = tmp_path / "miniconda3" / "conda-meta"
+    meta.mkdir(parents=True)
+    for record in records:
+        (meta / record).write_text("{}", encoding="utf-8")
+    return meta.parent
+
+
+def test_condas_user_agent_names_its_own_installation(tmp_path: Path) -> None:
+    """conda's form (conda/base/context.py): its own conda, requests and python versions, not this interpreter's."""
+    root = _conda_root(tmp_path, ["conda-24.7.1-py312h06a4308_0.json",
+                                  "conda-libmamba-solver-24.7.0-pyhd3eb1b0_0.json",
+                                  "libmambapy-1.5.8-py312h2dafd23_2.json", "requests-2.32.3-py312h06a4308_0.json",
+                                  "python-3.12.4-h5148396_1.json"])
+    (agent,) = agents_for(("conda",), {"PATH": ""}, conda_root=root)
+    assert agent.tool == "conda" and agent.version == "24.7.1"
+    assert agent.user_agent.startswith("conda/24.7.1 requests/2.32.3 CPython/3.12.4 ")
+    assert agent.user_agent.endswith(" solver/libmamba conda-libmamba-solver/24.7.0 libmambapy/1.5.8")
+    assert agents_for(("conda",), {"PATH": ""}, conda_root=tmp_path / "none") == ()
+    facts = ClientFacts(python="3.11.9", implementation="CPython", implementation_version="3.11.9", system="Linux",
+                        release="6.8.0", distro_version="22.04", libc=("glibc", "2.35"))
+    from tfdist.mirror.agents import CondaInstall, conda_user_agent
+
+    assert conda_user_agent(CondaInstall("23.7.4", "2.31.0", "3.11.5"), facts, "ubuntu") == \
+        "conda/23.7.4 requests/2.31.0 CPython/3.11.5 Linux/6.8.0 ubuntu/22.04 glibc/2.35"

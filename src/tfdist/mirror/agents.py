@@ -15,6 +15,11 @@ The formats, as the tools build them:
   for ``uv pip install``)}, python, implementation, distro, system, cpu,
   and null openssl_version, setuptools_version, rustc_version; ci is ``true`` or ``null``.
 
+- conda (``conda/base/context.py`` ``Context.user_agent``): ``conda/<version> requests/<version>
+  <implementation>/<python> <system>/<release> <distro id>/<version> glibc/<version>`` and, with the libmamba solver
+  (conda's default since 23.10), ``solver/libmamba conda-libmamba-solver/<version> libmambapy/<version>``. The
+  versions are those of the conda installation's own packages (its ``conda-meta``), not this interpreter's.
+
 Versions are read from the installed tools at run time; the builders are pure.
 """
 from __future__ import annotations
@@ -119,6 +124,29 @@ def uv_user_agent(version: str, facts: ClientFacts) -> str:
     return f"uv/{version} {json.dumps(data, separators=(',', ':'))}"
 
 
+@dataclass(frozen=True)
+class CondaInstall:
+    """The versions conda's User-Agent names, from the installation's ``conda-meta``."""
+
+    conda: str
+    requests: str = "unknown"
+    python: str = ""
+    libmamba_solver: str | None = None  # conda-libmamba-solver
+    libmambapy: str | None = None
+
+
+def conda_user_agent(install: CondaInstall, facts: ClientFacts, distro_id: str = "") -> str:
+    """conda's User-Agent for its installation ``install`` on the machine ``facts`` describes."""
+    words = [f"conda/{install.conda} requests/{install.requests}", f"CPython/{install.python or facts.python}",
+             f"{facts.system}/{facts.release}", f"{distro_id or facts.distro_name}/{facts.distro_version}"]
+    if facts.libc[0]:
+        words.append(f"{facts.libc[0]}/{facts.libc[1]}")
+    if install.libmamba_solver:
+        words.append(f"solver/libmamba conda-libmamba-solver/{install.libmamba_solver} "
+                     f"libmambapy/{install.libmambapy or 'unknown'}")
+    return " ".join(words)
+
+
 BUILDERS = {"pip": pip_user_agent, "uv": uv_user_agent}
 
 
@@ -200,8 +228,33 @@ def installed_version(tool: str, environ: Mapping[str, str] | None = None) -> st
     return None
 
 
-def agents_for(tools: Sequence[str] = ("pip", "uv"), environ: Mapping[str, str] | None = None) -> tuple[ToolAgent, ...]:
-    """The User-Agents of the installed ``tools`` that read a PyPI index (pip first: it answers the speed probe)."""
+def conda_install(root: Path | None) -> CondaInstall | None:
+    """The conda installation at ``root`` (its ``conda-meta`` records), ``None`` when there is none."""
+    if root is None:
+        return None
+    try:
+        records = [p.name for p in (root / "conda-meta").glob("*.json")]
+    except OSError:
+        return None
+
+    def version(name: str) -> str | None:
+        for record in sorted(records):
+            rest = record[len(name) + 1:] if record.startswith(name + "-") else ""
+            if rest[:1].isdigit():  # conda-libmamba-solver-24.7.0-... is not conda's own record
+                return rest.split("-", 1)[0]
+        return None
+
+    conda = version("conda")
+    if conda is None:
+        return None
+    return CondaInstall(conda, version("requests") or "unknown", version("python") or "",
+                        version("conda-libmamba-solver"), version("libmambapy"))
+
+
+def agents_for(tools: Sequence[str] = ("pip", "uv"), environ: Mapping[str, str] | None = None,
+               conda_root: Path | None = None) -> tuple[ToolAgent, ...]:
+    """The User-Agents of the installed ``tools`` (pip first: it answers the speed probe); conda's from the
+    installation at ``conda_root``."""
     facts = client_facts(environ)
     agents = []
     for tool in tools:
@@ -209,4 +262,8 @@ def agents_for(tools: Sequence[str] = ("pip", "uv"), environ: Mapping[str, str] 
         version = installed_version(tool, environ) if builder else None
         if builder and version:
             agents.append(ToolAgent(tool, version, builder(version, facts)))
+        install = conda_install(conda_root) if tool == "conda" else None
+        if install is not None:
+            distro_id = _os_release().get("ID", "") if facts.system == "Linux" else ""
+            agents.append(ToolAgent("conda", install.conda, conda_user_agent(install, facts, distro_id)))
     return tuple(agents)

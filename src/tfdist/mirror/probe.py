@@ -2,9 +2,10 @@
 
 Each mirror gets its own thread that (1) fetches the simple-index page of a real project and times the first byte,
 (2) checks that the PEP 658 ``.metadata`` file the page advertises really exists (mirrors that lack it make pip and
-uv fail with 404), and (3) downloads the project's newest wheel, bounded by ``max_bytes``, to measure throughput. It asks with the
-User-Agent of each tool being switched (:mod:`tfdist.mirror.agents`): a mirror whose firewall answers one of them
-with HTTP 403 is blocked for that tool and never picked (tuna/issues#2603).
+uv fail with 404), and (3) downloads the project's newest wheel, bounded by ``max_bytes``, to measure throughput.
+It asks with the User-Agent of each tool being switched (:mod:`tfdist.mirror.agents`; conda's at a conda channel):
+a mirror whose firewall answers one of them with HTTP 403 is blocked for that tool and never picked
+(tuna/issues#2603).
 All probes share one deadline, so the whole test takes about one timeout however many mirrors there are; a probe
 still running at the deadline is judged on what it managed so far.
 """
@@ -39,10 +40,11 @@ FIRST_BYTES = 1024 * 1024  # --package: time to the first MiB of the wheel users
 
 @dataclass(frozen=True)
 class ProbeTarget:
-    """A mirror to probe: its name and PEP 503 index root."""
+    """A mirror to probe: its name, PEP 503 index root and, for conda's User-Agent check, a conda channel."""
 
     name: str
     index_url: str
+    conda_channel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,9 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
     # urllib cannot connect to user:password@host; send the credentials as basic auth, as pip does, and only to
     # the index's own origin.
     index_url, credentials = split_credentials(target.index_url)
-    agents = list(config.agents) or [ToolAgent("tfdist", __version__, f"tfdist-mirror/{__version__}")]
+    index_agents = [a for a in config.agents if a.tool != "conda"]
+    conda = next((a for a in config.agents if a.tool == "conda"), None)
+    agents = index_agents or [ToolAgent("tfdist", __version__, f"tfdist-mirror/{__version__}")]
     plain = {"Accept": "text/html", "Accept-Encoding": "identity"}
     agent = agents[0]
 
@@ -225,7 +229,7 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
                     page = response.read(PAGE_LIMIT)
                 break
             except urllib.error.HTTPError as refused:
-                if refused.code != 403 or not config.agents:
+                if refused.code != 403 or not index_agents:
                     raise
                 state.update(blocked_for=(*state.result.blocked_for, agent.tool),
                              warnings=(*state.result.warnings, _refused(agent)))
@@ -236,6 +240,11 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
             if _refuses(opener, page_url, {**headers_for(page_url), "User-Agent": other.user_agent}, remaining()):
                 state.update(blocked_for=(*state.result.blocked_for, other.tool),
                              warnings=(*state.result.warnings, _refused(other)))
+        if conda is not None and target.conda_channel:  # conda fetches <channel>/<subdir>/repodata.json
+            channel_url = f"{target.conda_channel.rstrip('/')}/noarch/repodata.json"
+            if _refuses(opener, channel_url, {**plain, "User-Agent": conda.user_agent}, remaining()):
+                state.update(blocked_for=(*state.result.blocked_for, "conda"),
+                             warnings=(*state.result.warnings, _refused(conda)))
         if config.package is not None:
             file_url, has_metadata = pick_pinned(page, final_url, config.package)
             if file_url is None:

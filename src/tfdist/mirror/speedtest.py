@@ -17,12 +17,11 @@ from tfdist.mirror.urls import mask_secrets
 CHECK_BYTES = 64 * 1024  # the check before `use` proves the mirror serves files; it does not rank
 
 
-INDEX_TOOLS = ("pip", "uv")  # the tools that read the PyPI index the probe measures
-
-
 def probe_agents(tools: Sequence[str] | None = None) -> tuple[ToolAgent, ...]:
-    """The User-Agents to probe with: those of the installed pip and uv among ``tools`` (``None``: both)."""
-    return agents_for([t for t in INDEX_TOOLS if tools is None or t in tools])
+    """The User-Agents to probe with: those of the installed pip, uv and conda among ``tools`` (``None``: all)."""
+    from tfdist.mirror.paths import TOOLS, ConfigPaths
+
+    return agents_for([t for t in TOOLS if tools is None or t in tools], conda_root=ConfigPaths.from_env().conda_root)
 
 
 def config_for(timeout: float, allow_insecure: bool, max_bytes: int | None = None,
@@ -40,6 +39,11 @@ def config_for(timeout: float, allow_insecure: bool, max_bytes: int | None = Non
                        allow_insecure=allow_insecure, package=package, agents=probe_agents(tools))
 
 
+def _target(mirror: Mirror) -> ProbeTarget:
+    """What to probe: the PyPI index, and the first ``defaults`` channel for conda's User-Agent check."""
+    return ProbeTarget(mirror.name, mirror.pip_index or "", next(iter(mirror.conda_default_channels), None))
+
+
 def run(mirrors: Sequence[Mirror], config: ProbeConfig, sync: dict[str, SyncSource] | None = None,
         live: bool = False) -> ProbeReport:
     """Probe ``mirrors`` and fetch the sync state of those that publish one, concurrently, in one timeout.
@@ -47,7 +51,7 @@ def run(mirrors: Sequence[Mirror], config: ProbeConfig, sync: dict[str, SyncSour
     ``report.extra["sync"]`` maps mirror name -> :class:`SyncState`; ``report.extra["now"]`` is the wall-clock
     time the ages are measured against.
     """
-    targets = [ProbeTarget(m.name, m.pip_index) for m in mirrors if m.pip_index]
+    targets = [_target(m) for m in mirrors if m.pip_index]
     if not targets:
         raise UsageError("no mirror to probe", hint="check --only")
     sources = {m.name: m.sync_status for m in mirrors if m.sync_status is not None}
@@ -80,7 +84,7 @@ def check_before_use(mirror: Mirror, timeout: float, allow_insecure: bool,
         return
     config = ProbeConfig(timeout=timeout, project=probe_defaults().project, max_bytes=CHECK_BYTES,
                          allow_insecure=allow_insecure, check_metadata=True, agents=probe_agents(tools))
-    (result,) = probe_all([ProbeTarget(mirror.name, mirror.pip_index)], config)
+    (result,) = probe_all([_target(mirror)], config)
     broken = [w for w in result.warnings if ".whl.metadata" in w or "HTTP 403 to" in w]
     if not broken and not result.blocked_for and (result.status == "ok" or
                                                   (result.status == "partial" and result.file_url)):
