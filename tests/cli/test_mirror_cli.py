@@ -162,3 +162,34 @@ def test_env_twin_selects_the_tool(capsys: pytest.CaptureFixture[str], isolated_
     assert rc == 0 and "uv: created" in out and "pip:" not in out
     assert (isolated_home / ".config" / "uv" / "uv.toml").exists()
     assert not (isolated_home / ".config" / "pip" / "pip.conf").exists()
+
+
+@pytest.mark.slow
+def test_a_mirror_that_refuses_pip_is_never_picked(capsys: pytest.CaptureFixture[str], isolated_home: Path) -> None:
+    """Issue 35 item 6: a firewall like TUNA's (tuna/issues#2603) answers pip's User-Agent with HTTP 403. The probe
+    asks as pip and uv do, so that mirror is blocked for pip, ranked after the open one and never suggested."""
+    blocked = start_mirror(Behaviour(refuse_agents=("pip/",)), size=64 * 1024)
+    open_ = start_mirror(Behaviour(latency=0.05, rate=2_000_000), size=64 * 1024)
+    flags = ["--only", "blocked,open", "--url", f"blocked={blocked.url}", "--url", f"open={open_.url}",
+             "--allow-insecure", "--timeout", "3"]
+    try:
+        rc, out, _ = run(capsys, "test", *flags, "--json")
+        rows = {r["name"]: r for r in json.loads(out)["results"]}
+        assert rc == 0 and rows["open"]["rank"] == 1 and rows["blocked"]["rank"] is None
+        assert rows["blocked"]["blocked_for"] == ["pip"] and rows["open"]["blocked_for"] == []
+        assert any("HTTP 403 to pip" in w for w in rows["blocked"]["warnings"])
+        rc, out, _ = run(capsys, "test", *flags)
+        assert "Fastest: open" in out and "tfdist mirror use blocked" not in out
+        assert "blocked answers pip with HTTP 403" in out
+        rc, _, err = run(capsys, "use", "blocked", "--url", f"blocked={blocked.url}", "--allow-insecure",
+                         "--tool", "pip", "--timeout", "3")
+        assert rc == 1 and "HTTP 403 to pip" in err and "nothing was changed" in err
+    finally:
+        blocked.stop()
+        open_.stop()
+    assert not (isolated_home / ".config" / "pip" / "pip.conf").exists()
+    # It was asked as pip asks: pip's JSON-bearing User-Agent, with the installed pip's version.
+    from importlib.metadata import version
+
+    assert any((ua or "").startswith(f"pip/{version('pip')} {{") and '"implementation":{' in (ua or "")
+               for ua in blocked.behaviour.user_agents)

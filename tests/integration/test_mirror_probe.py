@@ -120,3 +120,52 @@ def test_redirects_are_followed_but_never_down_to_http(tmp_path: Path) -> None:
     assert refused.status == "error" and "refused redirect from https to http" in refused.error
     assert allowed.status == "ok", allowed.error
     assert "/simple/pip/" in plain.behaviour.requests
+
+
+def test_a_mirror_is_asked_as_each_tool_and_a_403_blocks_it_for_that_tool() -> None:
+    """Issue 35 item 6: one firewall refuses uv's User-Agent, another refuses both pip's and uv's."""
+    from tfdist.mirror.agents import ClientFacts, ToolAgent, pip_user_agent, uv_user_agent
+
+    facts = ClientFacts(python="3.14.6", implementation="CPython", implementation_version="3.14.6", system="Linux")
+    agents = (ToolAgent("pip", "26.1.2", pip_user_agent("26.1.2", facts)),
+              ToolAgent("uv", "0.13.9", uv_user_agent("0.13.9", facts)))
+    mirrors = {"open": start_mirror(Behaviour(), size=64 * 1024),
+               "no-uv": start_mirror(Behaviour(refuse_agents=("uv/",)), size=64 * 1024),
+               "no-tools": start_mirror(Behaviour(refuse_agents=("pip/", "uv/")), size=64 * 1024)}
+    try:
+        by_name, order = _probe(mirrors, timeout=3.0, agents=agents)
+    finally:
+        for m in mirrors.values():
+            m.stop()
+    assert by_name["open"].usable and by_name["open"].blocked_for == ()
+    assert by_name["no-uv"].blocked_for == ("uv",) and not by_name["no-uv"].usable
+    assert by_name["no-uv"].status == "ok"  # measured as pip, which it serves
+    assert by_name["no-tools"].status == "blocked" and by_name["no-tools"].blocked_for == ("pip", "uv")
+    assert "HTTP 403 to pip 26.1.2's User-Agent" in by_name["no-tools"].error
+    assert order == ["open", "no-tools", "no-uv"]  # a mirror that refuses a tool comes after every usable one
+    assert fastest(list(by_name.values())).name == "open"
+    seen = mirrors["no-uv"].behaviour.user_agents
+    assert any(ua.startswith("pip/26.1.2 {") for ua in seen) and any(ua.startswith("uv/0.13.9 {") for ua in seen)
+
+
+def test_a_conda_channel_that_refuses_conda_blocks_the_mirror_for_conda() -> None:
+    from tests.fixtures.mirror.conftest_helpers import probe_projects
+    from tests.fixtures.mirror.loopback import LoopbackMirror
+    from tfdist.mirror.agents import ToolAgent
+
+    channel = {"/anaconda/pkgs/main/noarch/repodata.json": b'{"packages": {}}'}
+    refusing = LoopbackMirror(probe_projects(64 * 1024), Behaviour(refuse_agents=("conda/",)), files=channel).start()
+    serving = LoopbackMirror(probe_projects(64 * 1024), Behaviour(), files=channel).start()
+    conda = ToolAgent("conda", "24.7.1", "conda/24.7.1 requests/2.32.3 CPython/3.12.4 Linux/6.8.0 ubuntu/24.04")
+    base = "http://127.0.0.1:{}/anaconda/pkgs/main"
+    targets = [ProbeTarget("refusing", refusing.url, base.format(refusing.port)),
+               ProbeTarget("serving", serving.url, base.format(serving.port))]
+    try:
+        results = {r.name: r for r in probe_all(targets, ProbeConfig(timeout=3.0, allow_insecure=True,
+                                                                      agents=(conda,)))}
+    finally:
+        refusing.stop()
+        serving.stop()
+    assert results["refusing"].blocked_for == ("conda",) and not results["refusing"].usable
+    assert results["serving"].blocked_for == () and results["serving"].usable
+    assert "/anaconda/pkgs/main/noarch/repodata.json" in serving.behaviour.requests

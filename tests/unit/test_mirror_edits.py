@@ -228,6 +228,45 @@ def test_uv_edit_sets_one_default_index(tmp_path: Path, case: str) -> None:
         assert fragment in after, (case, after)
 
 
+UV_EXTRAS = {  # file text, environment, the extra indexes the note must name (none: no note)
+    "stale-extra-index": (b'[[index]]\nname = "old"\nurl = "https://stale.test/simple"\n', {},
+                          ["https://stale.test/simple"]),
+    "explicit-index-only": (b'[[index]]\nname = "pt"\nurl = "https://pt.test/whl"\nexplicit = true\n', {}, []),
+    "legacy-extra-index-url": (b'extra-index-url = ["https://a.test/simple", "https://b.test/simple"]\n', {},
+                               ["https://a.test/simple", "https://b.test/simple"]),
+    "pip-table": (b'[pip]\nextra-index-url = ["https://p.test/simple"]\n', {}, ["https://p.test/simple"]),
+    "environment": (b"", {"UV_INDEX": "corp=https://corp.test/simple", "UV_EXTRA_INDEX_URL": "https://e.test/s"},
+                    ["https://corp.test/simple", "https://e.test/s"]),
+    "credentials-masked": (b'[[index]]\nurl = "https://me:hunter2@private.test/simple"\n', {},
+                           ["https://me:****@private.test/simple"]),
+    "nothing-else": (b'cache-dir = "/tmp/c"\n', {}, []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UV_EXTRAS))
+def test_switching_uv_with_extra_indexes_says_so_in_one_line(tmp_path: Path, case: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 item 6: uv asks extra indexes before the default and takes a package from the first that has it,
+    so a stale extra index breaks installs (Comfy-Desktop#184)."""
+    original, environ, named = UV_EXTRAS[case]
+    for name in ("UV_INDEX", "UV_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)  # the switch reads the process environment, as uv will
+    paths = make_paths(tmp_path)
+    target = paths.uv_file("user")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(original)
+    result = switch(paths, "uv")
+    notes = [n for c in result.changes for n in c.notes if "extra index" in n]
+    if not named:
+        assert notes == []
+        return
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert all(url in notes[0] for url in named), notes[0]
+    assert "hunter2" not in notes[0] and "first index that has it" in notes[0]
+
+
 UV_BAD = {
     "duplicate-key": (b'cache-dir = "a"\ncache-dir = "b"\n', "not valid TOML"),
     "invalid": (b"[[index]\nurl = 1\n", "not valid TOML"),

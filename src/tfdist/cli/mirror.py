@@ -118,7 +118,8 @@ def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tup
     probe_rows: list[dict[str, Any]] | None = None
     if name.strip().lower() == "fastest":
         mirrors, extra = _mirrors(only, url, allow_insecure)
-        report = speedtest.run(mirrors, speedtest.config_for(timeout, allow_insecure), live=not as_json)
+        config = speedtest.config_for(timeout, allow_insecure, tools=wanted_tools)
+        report = speedtest.run(mirrors, config, live=not as_json)
         if not as_json:
             print_results(report.results, report.wall_s, report.extra)
         probe_rows = result_rows(report.results, report.extra)
@@ -132,7 +133,8 @@ def use_command(name: str, tool: str | None, scope: str, dry_run: bool, url: tup
         if mirror.pip_index:
             check_url(mirror.pip_index, allow_insecure=allow_insecure)
         if not (dry_run or no_check):  # the fastest one has just been probed
-            speedtest.check_before_use(mirror, speedtest.config_for(timeout, allow_insecure).timeout, allow_insecure)
+            speedtest.check_before_use(mirror, speedtest.config_for(timeout, allow_insecure).timeout, allow_insecure,
+                                       wanted_tools)
     request = SwitchRequest(mirror=mirror, tools=wanted_tools, scope=scope, dry_run=dry_run)  # type: ignore[arg-type]
     result = plan(request, paths)
     if not dry_run:

@@ -6,6 +6,7 @@ from dataclasses import field, replace
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.facts import Facts, Library
+from tfdist.doctor.keras_choice import XlaExposure, xla_exposure
 from tfdist.compat.versions import minor_of, vtuple
 from tfdist.errors import UsageError
 from tfdist.frozen import frozen
@@ -23,6 +24,7 @@ class Context:
     cudnn_major: str | None = None
     compiled: tuple[str, ...] = ()
     loader: dict[str, Library] = field(default_factory=dict)
+    xla_exposure: XlaExposure | None = None  # the Keras training will run under and what XLA compiles in its fit
 
     @property
     def linux(self) -> bool:
@@ -112,6 +114,7 @@ def build_context(facts: Facts, *, expect_gpu: bool = False) -> Context:
         cuda=str(cuda) if cuda else None,
         cudnn_major=str(cudnn).split(".")[0] if cudnn else None,
         compiled=tuple(str(c) for c in compiled),  # type: ignore[union-attr]
+        xla_exposure=xla_exposure(tf.version, tf.tf_keras, facts.system.tf_use_legacy_keras) if tf.version else None,
     )
     # The loader's view depends on the release (pip_libs_visible), so it is added once that is known.
     return replace(context, loader=_loader_view(facts, context.pip_libs_visible))

@@ -126,13 +126,10 @@ def package_fix(ctx: Context) -> str:
 
 
 def keras_workaround(ctx: Context) -> str:
-    """Train without XLA when no toolchain can be installed (the caveat depends on the Keras the release uses)."""
+    """Train without XLA when no toolchain can be installed (the caveat depends on the Keras the run uses)."""
     data = compat.load_data("xla_toolchain")["workaround"]
-    version = ctx.tf_version or "0"
-    legacy_keras = ctx.facts.system.tf_use_legacy_keras in ("1", "true", "True")
-    if at_least(version, "2.16") and not legacy_keras:
-        return data["keras3"]
-    return data["keras2"]
+    keras = ctx.xla_exposure.keras.major if ctx.xla_exposure else 2
+    return data["keras3"] if keras == 3 else data["keras2"]
 
 
 def driver_for(cuda: str) -> str | None:

@@ -3,6 +3,9 @@
 Each mirror gets its own thread that (1) fetches the simple-index page of a real project and times the first byte,
 (2) checks that the PEP 658 ``.metadata`` file the page advertises really exists (mirrors that lack it make pip and
 uv fail with 404), and (3) downloads the project's newest wheel, bounded by ``max_bytes``, to measure throughput.
+It asks with the User-Agent of each tool being switched (:mod:`tfdist.mirror.agents`; conda's at a conda channel):
+a mirror whose firewall answers one of them with HTTP 403 is blocked for that tool and never picked
+(tuna/issues#2603).
 All probes share one deadline, so the whole test takes about one timeout however many mirrors there are; a probe
 still running at the deadline is judged on what it managed so far.
 """
@@ -21,6 +24,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from tfdist import __version__
+from tfdist.mirror.agents import ToolAgent
 from tfdist.mirror.pages import PackagePin, parse_pin, pick_pinned, pick_wheel  # noqa: F401 (parse_pin re-exported)
 from tfdist.mirror.urls import split_credentials
 
@@ -36,10 +40,11 @@ FIRST_BYTES = 1024 * 1024  # --package: time to the first MiB of the wheel users
 
 @dataclass(frozen=True)
 class ProbeTarget:
-    """A mirror to probe: its name and PEP 503 index root."""
+    """A mirror to probe: its name, PEP 503 index root and, for conda's User-Agent check, a conda channel."""
 
     name: str
     index_url: str
+    conda_channel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class ProbeConfig:
         package: when set, measure this exact release instead (``--package NAME==VERSION``): the wheel of that
             version that best fits this machine, timed from the request to its first ``first_bytes``.
         first_bytes: how much of the package's wheel to time (1 MiB).
+        agents: the tools being switched and their User-Agents; the first one not refused runs the speed probe,
+            each other one fetches the index page as that tool would. Empty: tfdist's own User-Agent only.
     """
 
     timeout: float = 5.0
@@ -66,6 +73,7 @@ class ProbeConfig:
     check_metadata: bool = True
     package: "PackagePin | None" = None
     first_bytes: int = FIRST_BYTES
+    agents: tuple[ToolAgent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,8 @@ class ProbeResult:
     """What one mirror's probe found.
 
     ``status`` is ``ok`` (index and download measured), ``partial`` (index reachable but no throughput figure),
-    ``error`` or ``timeout``.
+    ``blocked`` (every tool's User-Agent got HTTP 403), ``error`` or ``timeout``. ``blocked_for`` names the tools
+    whose User-Agent got HTTP 403: such a mirror is never picked.
     """
 
     name: str
@@ -88,11 +97,12 @@ class ProbeResult:
     warnings: tuple[str, ...] = ()
     estimate_s: float | None = None
     first_mib_s: float | None = None  # --package: seconds from the file request to its first MiB (or its end)
+    blocked_for: tuple[str, ...] = ()
 
     @property
     def usable(self) -> bool:
-        """Whether pip/uv could use this mirror (its index page answered)."""
-        return self.status in ("ok", "partial")
+        """Whether pip and uv could use this mirror (its index page answered each of them)."""
+        return self.status in ("ok", "partial") and not self.blocked_for
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
@@ -192,10 +202,15 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
     # urllib cannot connect to user:password@host; send the credentials as basic auth, as pip does, and only to
     # the index's own origin.
     index_url, credentials = split_credentials(target.index_url)
-    plain = {"User-Agent": f"tfdist-mirror/{__version__}", "Accept": "text/html", "Accept-Encoding": "identity"}
+    index_agents = [a for a in config.agents if a.tool != "conda"]
+    conda = next((a for a in config.agents if a.tool == "conda"), None)
+    agents = index_agents or [ToolAgent("tfdist", __version__, f"tfdist-mirror/{__version__}")]
+    plain = {"Accept": "text/html", "Accept-Encoding": "identity"}
+    agent = agents[0]
 
     def headers_for(url: str) -> dict[str, str]:
-        return {**plain, **(_basic_auth(credentials) if _origin(url) == _origin(index_url) else {})}
+        auth = _basic_auth(credentials) if _origin(url) == _origin(index_url) else {}
+        return {**plain, "User-Agent": agent.user_agent, **auth}
 
     def remaining() -> float:
         return max(0.05, deadline - time.monotonic())
@@ -203,12 +218,33 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
     try:
         project = config.package.project if config.package else config.project
         page_url = f"{index_url.rstrip('/')}/{project}/"
-        headers = headers_for(page_url)
-        started = time.monotonic()
-        with opener.open(urllib.request.Request(page_url, headers=headers), timeout=remaining()) as response:
-            state.update(ttfb_s=time.monotonic() - started, phase="index")
-            final_url = response.geturl()
-            page = response.read(PAGE_LIMIT)
+        page, final_url = None, page_url
+        for agent in agents:  # the first tool the mirror does not refuse runs the speed probe
+            started = time.monotonic()
+            try:
+                with opener.open(urllib.request.Request(page_url, headers=headers_for(page_url)),
+                                 timeout=remaining()) as response:
+                    state.update(ttfb_s=time.monotonic() - started, phase="index")
+                    final_url = response.geturl()
+                    page = response.read(PAGE_LIMIT)
+                break
+            except urllib.error.HTTPError as refused:
+                if refused.code != 403 or not index_agents:
+                    raise
+                state.update(blocked_for=(*state.result.blocked_for, agent.tool),
+                             warnings=(*state.result.warnings, _refused(agent)))
+        if page is None:
+            state.update(status="blocked", phase="done", error="; ".join(_refused(a) for a in agents), warnings=())
+            return
+        for other in agents[agents.index(agent) + 1:]:
+            if _refuses(opener, page_url, {**headers_for(page_url), "User-Agent": other.user_agent}, remaining()):
+                state.update(blocked_for=(*state.result.blocked_for, other.tool),
+                             warnings=(*state.result.warnings, _refused(other)))
+        if conda is not None and target.conda_channel:  # conda fetches <channel>/<subdir>/repodata.json
+            channel_url = f"{target.conda_channel.rstrip('/')}/noarch/repodata.json"
+            if _refuses(opener, channel_url, {**plain, "User-Agent": conda.user_agent}, remaining()):
+                state.update(blocked_for=(*state.result.blocked_for, "conda"),
+                             warnings=(*state.result.warnings, _refused(conda)))
         if config.package is not None:
             file_url, has_metadata = pick_pinned(page, final_url, config.package)
             if file_url is None:
@@ -267,6 +303,23 @@ def _run(target: ProbeTarget, config: ProbeConfig, context: ssl.SSLContext, stat
         state.done.set()
 
 
+def _refused(agent: ToolAgent) -> str:
+    return (f"HTTP 403 to {agent.tool} {agent.version}'s User-Agent: blocked for {agent.tool}, which would report "
+            "no versions here (like tuna/issues#2603)")
+
+
+def _refuses(opener: urllib.request.OpenerDirector, url: str, headers: dict[str, str], timeout: float) -> bool:
+    """Whether the index page answers these headers with HTTP 403 (any other outcome is the speed probe's)."""
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
+            response.read(CHUNK)
+    except urllib.error.HTTPError as error:
+        return error.code == 403
+    except Exception:  # noqa: BLE001 - a timeout or reset here says nothing about the User-Agent
+        return False
+    return False
+
+
 def probe_all(targets: Sequence[ProbeTarget], config: ProbeConfig,
               on_update: Callable[[list[ProbeResult]], None] | None = None,
               clock: Callable[[], float] = time.monotonic) -> list[ProbeResult]:
@@ -301,16 +354,16 @@ def probe_all(targets: Sequence[ProbeTarget], config: ProbeConfig,
 
 def rank(results: Sequence[ProbeResult]) -> list[ProbeResult]:
     """Order results best first: measured mirrors by estimated fetch time, then reachable ones by latency,
-    then failures by name."""
+    then mirrors that refuse a tool, then failures, by name."""
 
     def key(result: ProbeResult) -> tuple[int, float, str]:
         if result.usable and result.first_mib_s is not None:
             return (0, result.first_mib_s, result.name)  # --package: the download users will really make
-        if result.status == "ok" and result.estimate_s is not None:
+        if result.usable and result.status == "ok" and result.estimate_s is not None:
             return (1, result.estimate_s, result.name)
         if result.usable and result.ttfb_s is not None:
             return (2, result.ttfb_s, result.name)
-        return (3, 0.0, result.name)
+        return (3 if result.blocked_for else 4, 0.0, result.name)
 
     return sorted(results, key=key)
 

@@ -128,7 +128,7 @@ def result_rows(results: Sequence[ProbeResult], extra: dict[str, Any] | None = N
             "rank": i + 1 if r.usable else None, "name": r.name, "index_url": r.index_url, "status": r.status,
             "ttfb_s": r.ttfb_s, "throughput_bytes_per_s": r.throughput_bps, "downloaded_bytes": r.downloaded,
             "estimate_s": r.estimate_s, "first_mib_s": r.first_mib_s, "file_url": r.file_url, "error": r.error,
-            "warnings": list(r.warnings),
+            "warnings": list(r.warnings), "blocked_for": list(r.blocked_for),
             "sync": None if state is None else {"state": state.state, "age_s": age,
                                                 "last_success_unix": state.last_success, "error": state.error},
         })
@@ -145,9 +145,12 @@ def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool, e
     columns = ["#", "mirror", "status", "first byte", "first MiB" if package else "throughput", "PyPI synced", "note"]
     for column in columns:
         table.add_column(column, overflow="fold")
-    styles = {"ok": "green", "partial": "yellow", "error": "red", "timeout": "red", "pending": "cyan"}
+    styles = {"ok": "green", "partial": "yellow", "error": "red", "timeout": "red", "pending": "cyan",
+              "blocked": "red"}
     for i, r in enumerate(results):
         status = r.status if r.status != "pending" else r.phase
+        if r.blocked_for:
+            status = "blocked for " + ", ".join(r.blocked_for)
         note = r.error or "; ".join(r.warnings)
         state, age = _sync(extra, r.name)
         synced = "-" if state is None else (f"{_age(age)} ago ({state.state})" if age is not None
@@ -155,7 +158,8 @@ def results_table(results: Sequence[ProbeResult], *, title: str, ranked: bool, e
         speed = (f"{r.first_mib_s:.2f} s" if r.first_mib_s is not None else "-") if package else \
             _speed(r.throughput_bps)
         _row(table, str(i + 1) if ranked and r.usable else "", r.name,
-             Text(status, style=styles.get(r.status, "white")), _ms(r.ttfb_s), speed, synced, note)
+             Text(status, style="red" if r.blocked_for else styles.get(r.status, "white")), _ms(r.ttfb_s), speed,
+             synced, note)
     return table
 
 
@@ -166,6 +170,10 @@ def print_results(results: Sequence[ProbeResult], wall_s: float, extra: dict[str
     what = f" for {package}" if package else ""
     console.print(results_table(results, title=f"Mirror speed test{what} ({wall_s:.1f} s)", ranked=True,
                                 extra=extra, package=package))
+    for r in results:
+        if r.blocked_for:
+            console.print(f"{r.name} answers {' and '.join(r.blocked_for)} with HTTP 403 (a firewall on its "
+                          "User-Agent): blocked for it, never picked", markup=False)
     best = next((r for r in results if r.usable), None)
     if best is None:
         console.print("[red]No mirror answered.[/] Check the network, or raise --timeout.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tfdist.compat import tables as compat
 from tfdist.doctor.context import Context
+from tfdist.doctor.keras_choice import legacy_selected
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
 from tfdist.doctor.recommend import recommend
 from tfdist.compat.versions import at_least, minor_of, vtuple
@@ -171,7 +172,7 @@ def check_keras(ctx: Context) -> list[Finding]:
     tf, system = ctx.facts.tensorflow, ctx.facts.system
     if not ctx.tf_installed or vtuple(ctx.tf_version or "")[:2] < (2, 16) or not tf.keras or vtuple(tf.keras)[0] < 3:
         return []
-    legacy = (system.tf_use_legacy_keras or "").lower() in ("1", "true")
+    legacy = legacy_selected(system.tf_use_legacy_keras)
     minor = minor_of(ctx.tf_version or "")
     if tf.tf_keras is None and legacy:
         return [

@@ -1,6 +1,7 @@
-"""XLA's GPU toolchain (issue: the GPU is listed, then the first ``fit()`` fails to compile). Keras optimizers are
-XLA-compiled by default since TF 2.11, so a missing libdevice or a bad ptxas breaks plain training. Messages and
-rules: ``xla_toolchain.json`` and the threads it cites."""
+"""XLA's GPU toolchain (issue: the GPU is listed, then the first ``fit()`` fails to compile). How much of training
+XLA compiles follows the Keras the run uses (:mod:`tfdist.doctor.keras_choice`): every fit under Keras 3, the default
+optimizers' update step under Keras 2 from TF 2.11, only ``jit_compile=True`` code before. Messages and rules:
+``xla_toolchain.json`` and the threads it cites."""
 
 from __future__ import annotations
 
@@ -11,19 +12,38 @@ from tfdist.compat.versions import at_least, vtuple
 from tfdist.doctor.context import Context
 from tfdist.doctor.facts import Ptxas
 from tfdist.doctor.findings import ERROR, INFO, WARNING, Finding
+from tfdist.doctor.keras_choice import EVERY_FIT, XlaExposure, xla_exposure
 from tfdist.doctor import xla_fixes as fixes
+
+# A missing libdevice stops every fit where Keras compiles the whole step with XLA; where only some code goes through
+# XLA (the optimizer's update step, jit_compile=True) TensorFlow runs and the finding says which code fails.
+_LIBDEVICE_SEVERITY_BY_EXPOSURE = {EVERY_FIT: ERROR}
 
 
 def _data() -> dict:
     return compat.load_data("xla_toolchain")
 
 
+def _exposure(ctx: Context) -> XlaExposure:
+    system = ctx.facts.system
+    return ctx.xla_exposure or xla_exposure(ctx.tf_version, ctx.facts.tensorflow.tf_keras, system.tf_use_legacy_keras)
+
+
 def _libdevice_severity(ctx: Context) -> str:
-    """Error where a GPU will run the code and Keras compiles with XLA by default; a warning before 2.11 (only
-    jit_compile=True code breaks); information on a machine that will not use the GPU."""
+    """Information on a machine that will not use the GPU; else by how much XLA compiles (see above)."""
     if not (ctx.driver_ok or ctx.expect_gpu):
         return INFO
-    return ERROR if at_least(ctx.tf_version, _data()["keras_xla_default"]["since"]) else WARNING
+    return _LIBDEVICE_SEVERITY_BY_EXPOSURE.get(_exposure(ctx).level, WARNING)
+
+
+def _keras_line(ctx: Context) -> tuple[str, ...]:
+    keras = _exposure(ctx).keras
+    return (f"Keras {keras.major}: {keras.why}",)
+
+
+def _bites(ctx: Context, severity: str) -> str:
+    """The title's tail: when the problem bites."""
+    return " (only matters on a GPU)" if severity == INFO else f": {_exposure(ctx).bites}"
 
 
 def _searched(ctx: Context) -> tuple[str, ...]:
@@ -78,11 +98,7 @@ def check_libdevice(ctx: Context) -> list[Finding]:
         return []
     severity = _libdevice_severity(ctx)
     chosen = next((r for r in xla.roots if r.libdevice_dir), None)
-    detail_fit = (
-        "Keras compiles the optimizer step with XLA when a GPU is listed (TF >= 2.11), so model.fit fails: "
-        if at_least(ctx.tf_version, _data()["keras_xla_default"]["since"])
-        else "Functions with jit_compile=True fail: "
-    )
+    detail_fit = _exposure(ctx).detail
     data_root = xla.roots[0] if xla.roots and xla.data_dir else None
     findings: list[Finding] = []
     if data_root is not None and not data_root.libdevice_dir:
@@ -112,8 +128,8 @@ def check_libdevice(ctx: Context) -> list[Finding]:
             Finding(
                 "xla-flags-data-dir-no-libdevice",
                 severity,
-                title,
-                _searched(ctx) + _context_evidence(ctx),
+                title + _bites(ctx, severity),
+                _searched(ctx) + _context_evidence(ctx) + _keras_line(ctx),
                 fix=fix or _libdevice_fix(ctx),
                 alternatives=_alternatives(ctx, fix or _libdevice_fix(ctx)),
                 detail=detail_fit + "'Can't find libdevice directory ${CUDA_DIR}/nvvm/libdevice', then "
@@ -134,14 +150,12 @@ def check_libdevice(ctx: Context) -> list[Finding]:
         else:
             finding_id = "xla-libdevice-missing"
             title = f"XLA on TensorFlow {ctx.tf_version} finds no libdevice (nvvm/libdevice/libdevice.10.bc)"
-        if severity == INFO:
-            title += " (only matters on a GPU)"
         findings.append(
             Finding(
                 finding_id,
                 severity,
-                title,
-                _searched(ctx) + _context_evidence(ctx) + _ptxas_line(ctx),
+                title + _bites(ctx, severity),
+                _searched(ctx) + _context_evidence(ctx) + _ptxas_line(ctx) + _keras_line(ctx),
                 fix=fix,
                 alternatives=_alternatives(ctx, fix),
                 detail=detail_fit + "'Can't find libdevice directory ${CUDA_DIR}/nvvm/libdevice' then "
@@ -163,8 +177,9 @@ def _empty_dir(ctx: Context, path: str, severity: str, detail_fit: str) -> list[
         Finding(
             "xla-libdevice-dir-empty",
             severity,
-            f"XLA will use {os.path.join(path, 'nvvm', 'libdevice')}, which has no libdevice.10.bc",
-            _searched(ctx) + _context_evidence(ctx),
+            f"XLA will use {os.path.join(path, 'nvvm', 'libdevice')}, which has no libdevice.10.bc"
+            + _bites(ctx, severity),
+            _searched(ctx) + _context_evidence(ctx) + _keras_line(ctx),
             fix=fix,
             alternatives=_alternatives(ctx, fix),
             detail=detail_fit + f"'libdevice not found at {os.path.join(path, 'nvvm', 'libdevice', 'libdevice.10.bc')}' "

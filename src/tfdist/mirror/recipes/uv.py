@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfdist.errors import ConfigFileError
 from tfdist.mirror import uvconf
+from tfdist.mirror.urls import mask_secrets
 from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
 
 if TYPE_CHECKING:
@@ -142,6 +143,12 @@ class UvRecipe:
     def edit(self, text: str, bom: bool, mirror: "Mirror", path: Path, context: Context) -> Edit:
         done = uvconf.set_default_index(text, mirror.pip_index or "", mirror.name, path)
         notes = list(done.notes)
+        extras = extra_indexes(self.files(context), context, path, done.text)
+        if extras:
+            listed = mask_secrets(", ".join(extras))
+            notes.append(f"uv also has extra index{'es' if len(extras) > 1 else ''} {listed}, asked before "
+                         f"{mirror.name}: uv takes each package from the first index that has it, so a stale one "
+                         "breaks installs (Comfy-Desktop#184); check or remove it")
         if bom:
             notes.append("removed the UTF-8 byte-order mark, which TOML does not allow")
         return Edit(done.text, tuple(notes), keep_bom=False)
@@ -172,6 +179,33 @@ class UvRecipe:
 
     def environment(self, mirror: "Mirror") -> dict[str, str]:
         return index_environment(mirror, ENV_DEFAULT, "UV_INSECURE_HOST")
+
+
+def extra_indexes(files: list[Path], context: Context, edited: Path, edited_text: str) -> list[str]:
+    """The indexes uv consults before its default one: non-default, non-explicit ``[[index]]`` entries and the
+    legacy ``extra-index-url`` of every file it reads (``edited`` as it will be), then ``UV_INDEX`` and
+    ``UV_EXTRA_INDEX_URL`` (uv's docs: indexes are asked in order, the default last, and with the default
+    ``--index-strategy first-index`` a package comes only from the first index that has it)."""
+    found: list[str] = []
+    for path in files:
+        text = edited_text if path == edited else context.text(path)
+        if text is None:
+            continue
+        try:
+            table = _table(text, path)
+        except ConfigFileError:
+            continue  # effective() reports it
+        for entry in table.get("index", []) or []:
+            if isinstance(entry, dict) and entry.get("url") and not entry.get("default") and not entry.get("explicit"):
+                found.append(str(entry["url"]))
+        pip_table = table.get("pip") if isinstance(table.get("pip"), dict) else {}
+        for value in (table.get("extra-index-url"), pip_table.get("extra-index-url")):
+            found += [str(v) for v in ([value] if isinstance(value, str) else value or [])]
+    env = context.environ
+    for word in env.get("UV_INDEX", "").split():
+        found.append(word.split("=", 1)[1] if re.match(r"^[A-Za-z0-9._-]+=", word) else word)
+    found += env.get("UV_EXTRA_INDEX_URL", "").split()
+    return list(dict.fromkeys(found))
 
 
 def parse_show_settings(text: str) -> str | None | bool:
