@@ -14,7 +14,8 @@ from tests import goldens
 CASES = {
     "tfjob.yaml": ["--kind", "tfjob", "--workers", "2", "--chief", "--ps", "1", "--evaluator",
                    "--gpus-per-worker", "1", "--checkpoint-pvc", "digits-ckpt"],
-    "jobset.yaml": ["--kind", "jobset", "--workers", "2", "--chief", "--evaluator", "--gpus-per-worker", "1",
+    # The default kind: no --kind.
+    "jobset.yaml": ["--workers", "2", "--chief", "--evaluator", "--gpus-per-worker", "1",
                     "--checkpoint-pvc", "digits-ckpt", "--max-restarts", "4"],
     "indexed-job.yaml": ["--kind", "indexed-job", "--workers", "3", "--checkpoint-pvc", "digits-ckpt",
                          "--namespace", "ml"],
@@ -38,8 +39,29 @@ def test_stdout_and_emptydir_note(capsys):
     assert main(["k8s", "--name", "x", "--image", "i:1", "-n", "1", "--", "python", "t.py"]) == 0
     captured = capsys.readouterr()
     documents = list(yaml.safe_load_all(captured.out))
-    assert [d["kind"] for d in documents] == ["TFJob"]
-    assert "no --checkpoint-pvc" in captured.err
+    assert [d["kind"] for d in documents] == ["JobSet"]  # the default needs no Kubeflow Trainer v1
+    assert captured.err.splitlines() == ["tfdist k8s: note: no --checkpoint-pvc: checkpoints go to an emptyDir and "
+                                         "die with each pod, so a restarted job starts from scratch"]
+
+
+@pytest.mark.parametrize("how", ["flag", "twin"])
+def test_a_tfjob_on_request_with_a_one_line_note(capsys, monkeypatch, how):
+    argv = ["k8s", "--name", "x", "--image", "i:1", "-n", "1", "--checkpoint-pvc", "c"]
+    if how == "flag":
+        argv += ["--kind", "tfjob"]
+    else:
+        monkeypatch.setenv("TFDIST_K8S_KIND", "tfjob")
+    assert main([*argv, "--", "python", "t.py"]) == 0
+    captured = capsys.readouterr()
+    assert [d["kind"] for d in yaml.safe_load_all(captured.out)] == ["TFJob"]
+    (note,) = captured.err.splitlines()
+    assert note.startswith("tfdist k8s: note: a TFJob needs Kubeflow Trainer v1") and "--kind jobset" in note
+
+
+def test_the_kind_twin_picks_another_default(capsys, monkeypatch):
+    monkeypatch.setenv("TFDIST_K8S_KIND", "indexed-job")
+    assert main(["k8s", "--name", "x", "--image", "i:1", "-n", "2", "--", "python", "t.py"]) == 0
+    assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["Service", "Job"]
 
 
 def test_command_options_after_double_dash_are_the_commands(capsys):
@@ -75,7 +97,7 @@ def test_existing_output_is_refused_then_replaced_with_force_keeping_a_bak(tmp_p
     assert main([*argv, "--", "t"]) == 2
     assert "exists" in capsys.readouterr().err and out.read_text() == "# hand-written\n"
     assert main([*argv, "--force", "--", "t"]) == 0
-    assert yaml.safe_load(out.read_text())["kind"] == "TFJob"
+    assert yaml.safe_load(out.read_text())["kind"] == "JobSet"
     assert (tmp_path / "job.yaml.bak").read_text() == "# hand-written\n"
 
 

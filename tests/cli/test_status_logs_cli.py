@@ -128,6 +128,41 @@ def test_a_run_whose_launcher_was_killed_is_lost(capsys, tmp_path):
     assert ": lost (" in out and "the launcher is gone without recording an end" in out
 
 
+def test_status_shows_the_job_running_now_from_another_folder(capsys, tmp_path, monkeypatch):
+    """Issue 35: a run from this folder ended long ago, a job started from another folder runs now: that one is shown,
+    and is known by its launcher's pid and start time (a real `tfdist launch`)."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    rc, err = launch(capsys, "-n", "1", "--log-dir", str(tmp_path / "old"), "--", FAKE, str(tmp_path / "o1"),
+                     "--total-steps", "2")
+    assert rc == 0, err
+    finished = latest()
+    log_dir = tmp_path / "logs"
+    launcher = subprocess.Popen([sys.executable, "-m", "tfdist", "launch", "-n", "1", "--log-dir", str(log_dir),
+                                 "--", FAKE, str(tmp_path / "o2"), "--sleep", "60"], cwd=elsewhere,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not runs.attempts(str(log_dir)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        live = runs.find_run(str(log_dir), os.environ)
+        assert live.launcher_pid == launcher.pid and live.launcher_started_at is not None
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"showing run {live.run_id}, the one running now (started from {elsewhere})\n"), out
+        assert f"run {live.run_id} (tfdist): running" in out
+        assert main(["status", "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert document["run"]["run_id"] == live.run_id and document["chosen"]["by"] == "running"
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert main(["status"]) == 0  # its launcher gone: the latest started from this folder again
+    assert capsys.readouterr().out.startswith(f"showing run {finished.run_id}, the latest started from this folder")
+
+
 def _follow(*argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tfdist", "logs", "-f", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -1,6 +1,7 @@
-"""Kubernetes manifests: TFJob against the Kubeflow CRD's schema, core objects against Kubernetes' own schemas
-(kubernetes-validate, offline), tfdist's own checks of what the schemas leave open, and the TF_CONFIG each pod
-resolves to matching the DNS names the manifests create."""
+"""Kubernetes manifests: JobSets (the default kind) and TFJobs against their CRDs' schemas (strict: unknown fields
+refused), core objects and job templates against Kubernetes' own schemas (kubernetes-validate, offline), tfdist's own
+checks of what the schemas leave open, and the TF_CONFIG each pod resolves to matching the DNS names the manifests
+create."""
 from __future__ import annotations
 
 import copy
@@ -8,21 +9,18 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
-from tfdist.deploy.k8s import K8sJobSpec, defaults, manifests, render_manifests
+from tests import k8s_crds
+from tfdist.deploy.k8s import TFJOB_NOTE, K8sJobSpec, defaults, manifests, render_manifests
 from tfdist.errors import UsageError
 from tfdist.cluster.grpc_keepalive import keepalive_options
 from tfdist.cluster.resolve import resolve_tf_config, task_environment
 
-REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "tests" / "golden" / "k8s" / "crd" / "kubeflow.org_tfjobs.crd.yaml"
-SHARED_CRD = REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.crd.yaml"  # the reference copy, if present
 CURRENT = kubernetes_validate.latest_version()  # the newest Kubernetes whose schemas kubernetes-validate bundles
 OLDEST = "1.30.0"  # the oldest release still common in managed clusters
 
@@ -43,12 +41,12 @@ def spec(kind: str, **overrides) -> K8sJobSpec:
 
 @pytest.fixture(scope="module")
 def tfjob_schema() -> jsonschema.Draft7Validator:
-    text = CRD.read_text()
-    if SHARED_CRD.exists():
-        assert SHARED_CRD.read_text() == text, "tests/golden/k8s/crd is out of date with ../shared/schemas"
-    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # 576 KB: the C loader is 20x faster
-    (v1,) = [version for version in crd["spec"]["versions"] if version["name"] == "v1"]
-    return jsonschema.Draft7Validator(v1["schema"]["openAPIV3Schema"])
+    return k8s_crds.validator(k8s_crds.TFJOB_CRD, "v1")
+
+
+@pytest.fixture(scope="module")
+def jobset_schema() -> jsonschema.Draft7Validator:
+    return k8s_crds.validator(k8s_crds.JOBSET_CRD, "v1alpha2")
 
 
 def _containers(pod_spec: dict) -> list[dict]:
@@ -128,6 +126,17 @@ def test_the_crd_schema_check_is_not_vacuous(tfjob_schema):
     broken["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "2"
     with pytest.raises(jsonschema.ValidationError):
         tfjob_schema.validate(broken)
+    broken = copy.deepcopy(tfjob)
+    broken["spec"]["runPolicy"]["backofLimit"] = 3  # a typo: the API server's strict field validation refuses it
+    with pytest.raises(jsonschema.ValidationError, match="backofLimit"):
+        tfjob_schema.validate(broken)
+
+
+def test_a_tfjob_is_only_written_on_request_and_says_what_it_needs():
+    assert K8sJobSpec(name="d", image="i:1", command=("t",)).kind == "jobset"
+    header = render_manifests(spec("tfjob", workers=2)).split("\n---", 1)[0]
+    assert f"# Note: {TFJOB_NOTE}." in header and "Kubeflow Trainer v1" in TFJOB_NOTE
+    assert "Trainer" not in render_manifests(spec("jobset", workers=2)).split("\n---", 1)[0]
 
 
 # ---------------------------------------------------------------------------------------- Indexed Job, JobSet
@@ -164,13 +173,17 @@ def test_kubernetes_validate_is_not_vacuous():
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=list(SHAPES))
-def test_jobset_replicated_jobs_are_valid_jobs(shape):
+def test_jobset_matches_the_crd_schema_and_its_jobs_are_valid_jobs(jobset_schema, shape):
     job_spec = spec("jobset", **SHAPES[shape])
     (jobset,) = manifests(job_spec)
+    jobset_schema.validate(jobset)
     assert (jobset["apiVersion"], jobset["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
     body = jobset["spec"]
     assert body["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
-    assert body["failurePolicy"] == {"maxRestarts": job_spec.max_restarts}
+    # A permanent exit status fails the Job by its podFailurePolicy (reason PodFailurePolicy), and that fails the
+    # JobSet instead of restarting it: 1-127 are not retried, as under a TFJob's ExitCode policy.
+    assert body["failurePolicy"] == {"maxRestarts": job_spec.max_restarts, "rules": [
+        {"name": "permanentExitCode", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
     assert body["successPolicy"]["targetReplicatedJobs"] == ["chief" if job_spec.chief else "worker"]
     assert [rj["name"] for rj in body["replicatedJobs"]] == list(job_spec.replicas())
     for replicated in body["replicatedJobs"]:
@@ -197,6 +210,20 @@ def _pod_env(container: dict, annotations: dict[str, str], labels: dict[str, str
         key = key.strip("[]'")
         env[item["name"]] = (annotations if source == "metadata.annotations" else labels)[key]
     return env
+
+
+def test_the_jobset_schema_check_is_not_vacuous(jobset_schema):
+    (jobset,) = manifests(spec("jobset", workers=2))
+    for path, value in ((("failurePolicy", "maxRestarts"), "three"), (("successPolicy", "operator"), "Most"),
+                        (("failurePolicy", "rules", 0, "action"), "Retry"), (("network", "enableDNSHostname"), True),
+                        (("replicatedJobs", 0, "template", "spec", "completion"), 2)):
+        broken = copy.deepcopy(jobset)
+        parent = broken["spec"]
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = value
+        with pytest.raises(jsonschema.ValidationError):
+            jobset_schema.validate(broken)
 
 
 def test_jobset_pods_resolve_to_the_names_jobset_gives_them():

@@ -1,13 +1,19 @@
-"""Run records: where they go, how a run is found, and what a damaged or foreign record does."""
+"""Run records: where they go, how a run is found (the one running now first), and what a damaged or foreign record
+does."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Iterator
 
+import psutil
 import pytest
 
 from tfdist.errors import UsageError
@@ -15,11 +21,13 @@ from tfdist.launch.console import progress, runs
 
 
 def make(run_id: str, tmp_path: Path, started: float, **kw) -> runs.RunRecord:
+    """A record of this host whose launcher started with the run, at ``started``, and is long gone (unless ``kw``
+    says otherwise)."""
     folder = tmp_path / run_id
     folder.mkdir(exist_ok=True)
     record = runs.new_record(run_id=run_id, log_dir=str(folder), temporary=False, job_name="j",
                              command=("python", "-u", "train.py"))
-    return replace(record, started_at=started, **kw)
+    return replace(record, **{"started_at": started, "launcher_started_at": started, **kw})
 
 
 def test_state_dir_follows_xdg_then_home():
@@ -100,13 +108,20 @@ def test_a_read_only_state_folder_does_not_stop_a_run(tmp_path):
 
 
 def test_launcher_alive_and_run_state(tmp_path):
-    me = make("fff666", tmp_path, 0.0)
-    assert runs.launcher_alive(replace(me, started_at=9e12)) is True
+    me = runs.new_record(run_id="fff666", log_dir=str(tmp_path), temporary=False, job_name="j", command=("t",))
+    assert me.launcher_started_at == psutil.Process().create_time()
+    assert runs.launcher_alive(me) is True
+    # Our pid, but the recorded launcher started at another time: the pid was reused (after a reboot, in another
+    # pid namespace), even though this process started before the run.
+    assert runs.launcher_alive(replace(me, launcher_started_at=me.launcher_started_at - 5)) is False
+    assert runs.launcher_alive(replace(me, launcher_started_at=me.launcher_started_at + 5)) is False
+    # A record without the launcher's start time (written before it was kept): the process must predate the run.
+    assert runs.launcher_alive(replace(me, launcher_started_at=None, started_at=9e12)) is True
+    assert runs.launcher_alive(replace(me, launcher_started_at=None, started_at=0.0)) is False
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     dead = replace(me, launcher_pid=gone.pid)
     assert runs.launcher_alive(dead) is False
-    assert runs.launcher_alive(replace(me, started_at=0.0)) is False  # our pid, but started after the run: recycled
     elsewhere = replace(me, host="another-host")
     assert runs.launcher_alive(elsewhere) is None
     assert progress.run_state(dead, False) == "lost"
@@ -150,6 +165,7 @@ GOOD_RECORD = {"schema": "tfdist.run", "schema_version": 1, "run_id": "iii999", 
     ("started_at", 1e308), ("started_at", "nan"), ("started_at", True), ("ended_at", "inf"), ("ended_at", -5),
     ("log_dir", "/tmp/\u0000x"), ("command", "python train.py"), ("command", [1, 2]), ("launcher_pid", 10 ** 30),
     ("launcher_pid", "1"), ("run_id", "../../etc"), ("host", ["a"]), ("temporary", "no"), ("job_name", {"a": 1}),
+    ("launcher_started_at", "now"), ("launcher_started_at", -1),
 ])
 @pytest.mark.parametrize("argv", [["status"], ["status", "--list"], ["status", "--json"], ["logs"]])
 def test_a_record_with_wrong_types_is_one_line_never_a_traceback(tmp_path, monkeypatch, capsys, field, value,
@@ -189,3 +205,162 @@ def test_status_shows_a_records_names_as_printable_text(tmp_path, monkeypatch, c
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert ("evil\\x1b[2J\\nlost node 9" in out) if ended_at is None else ("succ\\x1b[1m\\nlost node 8" in out)
+
+
+@pytest.mark.parametrize("started, recorded, run_started, same", [
+    (100.0, 100.0, 100.2, True), (101.0, 100.0, 100.2, True), (99.0, 100.0, 100.2, True),  # boot time rounding
+    (103.0, 100.0, 100.2, False), (50.0, 100.0, 100.2, False),  # another process holds the pid now
+    (50.0, None, 100.2, True), (102.0, None, 100.2, True), (103.0, None, 100.2, False),  # an older record
+])
+def test_same_process_by_pid_and_start_time(started, recorded, run_started, same):
+    record = replace(runs.RunRecord.from_json(GOOD_RECORD), launcher_started_at=recorded, started_at=run_started)
+    assert runs.same_process(started, record) is same
+
+
+def test_the_launchers_start_time_is_read_back_and_checked(tmp_path):
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    runs.save(make("jjj000", tmp_path, 1000.5), env)
+    assert runs.find_run("jjj000", env).launcher_started_at == 1000.5
+    assert runs.RunRecord.from_json(GOOD_RECORD).launcher_started_at is None  # a record from before it was kept
+    with pytest.raises(ValueError, match="launcher_started_at is not a time"):
+        runs.RunRecord.from_json({**GOOD_RECORD, "launcher_started_at": "now"})
+
+
+# ------------------------------------------------------------------------------ which run a command given none means
+
+def rec(run_id: str, cwd: str, started: float) -> runs.RunRecord:
+    return replace(runs.RunRecord.from_json(GOOD_RECORD), run_id=run_id, cwd=cwd, started_at=started, ended_at=None,
+                   state="running")
+
+
+# Newest first, as list_records gives them. "mine" was started here and ended long ago; "other" runs elsewhere.
+RECORDS = [rec("other", "/other", 50.0), rec("mine", "/here", 40.0), rec("second", "/third", 30.0),
+           rec("mine2", "/here", 20.0)]
+
+
+@pytest.mark.parametrize("running, cwd, chosen, by", [
+    ({"other"}, "/here", "other", runs.BY_RUNNING),  # issue 35: the live job wins over the newest from here
+    ({"mine2"}, "/here", "mine2", runs.BY_RUNNING),  # even over a newer one from here
+    ({"second"}, "/nowhere", "second", runs.BY_RUNNING),
+    ({"other", "mine"}, "/here", "mine", runs.BY_RUNNING_HERE),  # of several running, the one started here
+    ({"other", "second"}, "/other", "other", runs.BY_RUNNING_HERE),
+    (set(), "/here", "mine", runs.BY_FOLDER),  # none running: the latest started from here
+    (set(), "/nowhere", "other", runs.BY_NEWEST),  # ... else the latest of all
+    ({"not-recorded"}, "/here", "mine", runs.BY_FOLDER),
+])
+def test_which_run_a_command_given_none_means(running, cwd, chosen, by):
+    pick = runs.pick(RECORDS, cwd, running)
+    assert (pick.record.run_id, pick.by) == (chosen, by)
+    assert sorted(r.run_id for r in pick.running) == sorted(running & {r.run_id for r in RECORDS})
+    assert {r.run_id for r in pick.also_running} == {r.run_id for r in pick.running} - {chosen}
+
+
+@pytest.mark.parametrize("running, cwd, says", [
+    ({"other", "second"}, "/here", "2 runs are running now, none of them started from this folder: other (from "
+                                   "/other, started "),
+    ({"mine", "mine2", "other"}, "/here", "3 runs are running now, 2 of them started from this folder: other (from "
+                                          "/other, started "),
+])
+def test_several_running_runs_are_named_never_guessed(running, cwd, says):
+    with pytest.raises(UsageError) as refused:
+        runs.pick(RECORDS, cwd, running)
+    line = refused.value.one_line()
+    assert line.startswith(says) and "\n" not in line
+    assert all(f"{run_id} (from " in line for run_id in running)
+    assert "launcher pid 1)" in line
+    assert ("mine (from this folder, started" in line) is ("mine" in running)
+    assert "e.g. `tfdist status other`" in line and "`tfdist status --list` shows every run" in line
+
+
+def test_many_running_runs_are_counted_past_the_first_five():
+    many = [rec(f"r{i}", f"/f{i}", 100.0 - i) for i in range(8)]
+    with pytest.raises(UsageError, match=r"^8 runs are running now, none .*r4 \(from /f4.* and 3 more$") as refused:
+        runs.pick(many, "/here", {r.run_id for r in many})
+    assert "r5 (" not in refused.value.message
+    here = replace(many[7], cwd="/here")
+    assert runs.chosen_because(here, "/here", (*many[:7], here)).endswith(" and 2 more")
+
+
+def test_why_the_run_shown_was_chosen_in_words():
+    other, mine = RECORDS[0], RECORDS[1]
+    assert runs.chosen_because(other, "/here", (other,)) == \
+        "showing run other, the one running now (started from /other)"
+    assert runs.chosen_because(mine, "/here", (mine,)) == "showing run mine, the one running now (started from this " \
+                                                            "folder)"
+    text = runs.chosen_because(mine, "/here", (other, mine))
+    assert text.startswith("showing run mine, the one of 2 running now started from this folder; also running: other "
+                           "(from /other, started ")
+    assert runs.chosen_because(mine, "/here") == "showing run mine, the latest started from this folder"
+    hostile = replace(other, cwd="/x\x1b[2J\nlost node")
+    assert "\x1b" not in runs.chosen_because(hostile, "/here", (hostile,))
+    assert "\n" not in runs.chosen_because(mine, "/here", (hostile, mine))
+
+
+@contextlib.contextmanager
+def live_launcher(run_id: str, cwd: str, tmp_path: Path, started_at: float) -> Iterator[runs.RunRecord]:
+    """The record of a run started from ``cwd`` at ``started_at`` whose launcher is a real process that runs now
+    (killed afterwards). The order of runs is given, not read from start times: two reads of one may differ by 1 s."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(process.pid).create_time()
+        folder = tmp_path / run_id
+        folder.mkdir()
+        yield replace(runs.RunRecord.from_json(GOOD_RECORD), run_id=run_id, log_dir=str(folder), cwd=cwd,
+                      host=socket.gethostname(), launcher_pid=process.pid, launcher_started_at=started,
+                      started_at=started_at, ended_at=None, state="running")
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_status_shows_the_run_running_now_over_the_latest_from_this_folder(tmp_path, monkeypatch, capsys):
+    from tfdist.cli.main import main
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    ended_here = runs.finished(make("old000", tmp_path, 1000.0, cwd=str(here)), "succeeded", {"steps": 3})
+    # Its pid is the live one's too, from another start: a reused pid is no launcher.
+    now = time.time()
+    with live_launcher("live00", "/other/folder", tmp_path, now + 10) as live:
+        reused = make("reused", tmp_path, now + 20, cwd=str(here), launcher_pid=live.launcher_pid,
+                      launcher_started_at=live.launcher_started_at + 30)
+        for record in (ended_here, live, reused):
+            runs.save(record, os.environ)
+        assert main(["status"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("showing run live00, the one running now (started from /other/folder)\n")
+        assert "run live00 (j): running (started " in out
+        assert main(["status", "--json"]) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert document["schema_version"] == 1 and document["state"] == "running"
+        assert document["run"]["run_id"] == "live00"
+        assert document["run"]["launcher_started_at"] == live.launcher_started_at
+        assert document["chosen"] == {"by": "running", "also_running": [],
+                                      "reason": "showing run live00, the one running now (started from /other/folder)"}
+        assert main(["status", "--list", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)["runs"]
+        assert [(r["run_id"], r["current_state"]) for r in listed] == [
+            ("reused", "lost"), ("live00", "running"), ("old000", "succeeded")]
+        assert main(["status", "--json", "old000"]) == 0
+        assert json.loads(capsys.readouterr().out)["chosen"] is None  # RUN given: nothing was chosen
+        with live_launcher("live11", str(here), tmp_path, now + 30) as mine:
+            runs.save(mine, os.environ)
+            assert main(["status"]) == 0
+            assert capsys.readouterr().out.startswith(
+                "showing run live11, the one of 2 running now started from this folder; also running: live00 (from "
+                "/other/folder, started ")
+            monkeypatch.chdir(tmp_path)
+            for argv in (["status"], ["status", "--json"], ["logs"]):
+                assert main(argv) == 2
+                captured = capsys.readouterr()
+                assert captured.out == ""
+                (line,) = captured.err.splitlines()
+                assert "error: 2 runs are running now, none of them started from this folder: live11 (from " in line
+                assert "live00 (from /other/folder" in line and "tfdist status live11" in line
+    monkeypatch.chdir(here)
+    assert main(["status"]) == 0  # both launchers gone: the latest started from this folder again
+    out = capsys.readouterr().out
+    assert out.startswith("showing run live11, the latest started from this folder\n") and ": lost (" in out
+    assert "run live11 (j): lost" in out

@@ -1,4 +1,4 @@
-"""``tfdist k8s``: write Kubernetes manifests (TFJob, JobSet or Indexed Job) for a multi-worker job."""
+"""``tfdist k8s``: write Kubernetes manifests (JobSet, Indexed Job or TFJob) for a multi-worker job."""
 from __future__ import annotations
 
 import sys
@@ -6,6 +6,7 @@ import sys
 import click
 
 from tfdist.cli.common import option
+from tfdist.deploy.k8s import DEFAULT_KIND, KINDS
 
 
 @click.command(name="k8s", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -17,8 +18,9 @@ from tfdist.cli.common import option
 @option("--evaluator", is_flag=True, help="Add a side-car evaluator.")
 @option("--gpus-per-worker", type=click.IntRange(min=0), default=0, show_default=True,
         help="nvidia.com/gpu limit of the chief and of each worker.")
-@option("--kind", type=click.Choice(["tfjob", "jobset", "indexed-job"]), default="tfjob", show_default=True,
-        help="tfjob: Kubeflow training operator; jobset: JobSet controller; indexed-job: plain Kubernetes.")
+@option("--kind", type=click.Choice(KINDS), default=DEFAULT_KIND, show_default=True,
+        help="jobset: JobSet controller; indexed-job: plain Kubernetes (no parameter servers, no evaluator); "
+             "tfjob: Kubeflow Trainer v1 (training-operator), no longer maintained.")
 @option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
         help="Restart budget (TFJob backoffLimit, JobSet maxRestarts, Job backoffLimit x pods).")
 @option("--checkpoint-pvc", default=None,
@@ -34,15 +36,15 @@ def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator
             output: str | None, force: bool, command: tuple[str, ...]) -> int:
     """Write Kubernetes manifests that run COMMAND as a multi-worker TensorFlow job.
 
-    Each container starts through `tfdist tf-config --exec` (TF_CONFIG from the TFJob operator, or derived
-    from the Indexed Job / JobSet index and the headless service), serves /healthz and /metrics on port 9464
+    Each container starts through `tfdist tf-config --exec` (TF_CONFIG derived from the JobSet / Indexed Job
+    index and the headless service, or from the TFJob operator), serves /healthz and /metrics on port 9464
     (TFDIST_METRICS_PORT, probed by a startup and a liveness probe) and keeps checkpoints under
     /mnt/tfdist/NAME (TFDIST_MODEL_DIR).
 
     \b
-        tfdist k8s --name digits --image registry/digits:1 --workers 2 --kind jobset -- python digits.py
+        tfdist k8s --name digits --image registry/digits:1 --workers 2 -- python digits.py
     """
-    from tfdist.deploy.k8s import K8sJobSpec, render_manifests
+    from tfdist.deploy.k8s import TFJOB_NOTE, K8sJobSpec, render_manifests
     from tfdist.output import check_output, write_output
     from tfdist.quote import shell
 
@@ -52,6 +54,8 @@ def command(name: str, image: str, workers: int, ps: int, chief: bool, evaluator
     if output is not None:
         check_output(output, force=force)
     text = render_manifests(spec)
+    if kind == "tfjob":
+        click.echo(f"tfdist k8s: note: {TFJOB_NOTE}", err=True)
     if checkpoint_pvc is None:
         click.echo("tfdist k8s: note: no --checkpoint-pvc: checkpoints go to an emptyDir and die with each pod, "
                    "so a restarted job starts from scratch", err=True)

@@ -10,6 +10,8 @@ import click
 from tfdist.cli.common import emit_json, option
 from tfdist.validate import printable
 
+# Version 1 grows by new keys only (a reader ignores keys it does not know): "hang_report"; "chosen" (which run a
+# `tfdist status` given no RUN shows, and why) and each listed run's "current_state".
 STATUS_SCHEMA_VERSION = 1
 
 
@@ -18,14 +20,15 @@ STATUS_SCHEMA_VERSION = 1
 @option("--list", "list_runs", is_flag=True, help="List the recorded runs, newest first.")
 @click.argument("run", required=False)
 def command(as_json: bool, list_runs: bool, run: str | None) -> int:
-    """Show each task's state, step, loss and log of RUN (default: the most recent run started from this folder,
-    else the most recent of all; the first line says which).
+    """Show each task's state, step, loss and log of RUN (default: the run running now, wherever it was started;
+    of several, the one started from this folder; none running: the latest started from this folder, else the latest
+    of all; the first line says which). Several running and none of them alone started here: they are listed, exit 2.
 
     RUN is a run id (or a unique prefix of one) from `tfdist status --list`, or a run folder (--log-dir).
     Runs are recorded under $XDG_STATE_HOME/tfdist/runs (default ~/.local/state/tfdist/runs).
 
     \b
-        tfdist status              # the latest run started here
+        tfdist status              # the run running now, else the latest started here
         tfdist status 3f2a --json
     """
     from tfdist.launch.console import progress, runs
@@ -33,18 +36,25 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
     environ = os.environ
     if list_runs:
         records = runs.list_records(environ)
+        states = [progress.run_state(record, runs.launcher_alive(record)) for record in records]
         if as_json:
-            emit_json("runs", {"runs": [_record_json(r) for r in records]}, version=STATUS_SCHEMA_VERSION)
+            listed = [{**_record_json(r), "current_state": state} for r, state in zip(records, states)]
+            emit_json("runs", {"runs": listed}, version=STATUS_SCHEMA_VERSION)
         else:
-            for record in records:
-                click.echo(_list_line(record, progress.run_state(record, runs.launcher_alive(record))))
+            for record, state in zip(records, states):
+                click.echo(_list_line(record, state))
         return 0
-    status = progress.run_status(runs.find_run(run, environ, os.getcwd()))
+    cwd = os.getcwd()
+    pick = None if run is not None else runs.choose(environ, cwd)
+    status = progress.run_status(runs.find_run(run, environ, cwd) if pick is None else pick.record)
+    because = None if pick is None else runs.chosen_because(pick.record, cwd, pick.running)
     if as_json:
-        emit_json("status", _status_json(status), version=STATUS_SCHEMA_VERSION)
+        chosen = None if pick is None else {"by": pick.by, "reason": because,
+                                            "also_running": [r.run_id for r in pick.also_running]}
+        emit_json("status", {**_status_json(status), "chosen": chosen}, version=STATUS_SCHEMA_VERSION)
     else:
-        if run is None:
-            click.echo(printable(runs.chosen_because(status.record, os.getcwd()), 600))
+        if because is not None:
+            click.echo(printable(because, 1200))
         click.echo("\n".join(render_status(status, now=time.time())))
     return 0
 

@@ -2,17 +2,25 @@
 
 Three shapes, for three kinds of cluster:
 
-- ``tfjob``: Kubeflow's TFJob (``kubeflow.org/v1``). The operator creates one headless service per replica and
-  injects TF_CONFIG; replicas restart on exit codes 128-255 (``restartPolicy: ExitCode``).
-- ``jobset``: a JobSet (``jobset.x-k8s.io/v1alpha2``), one replicated Indexed Job per role. JobSet provides the
-  headless service and restarts *all* jobs on any failure (``failurePolicy.maxRestarts``), which is what
-  MultiWorkerMirroredStrategy needs: a restarted worker cannot rejoin a running collective.
-- ``indexed-job``: a plain Indexed Job plus a headless Service, for clusters with neither controller.
+- ``jobset`` (the default): a JobSet (``jobset.x-k8s.io/v1alpha2``), one replicated Indexed Job per role. JobSet
+  provides the headless service and restarts *all* jobs on a retryable failure (``failurePolicy.maxRestarts``),
+  which is what MultiWorkerMirroredStrategy needs: a restarted worker cannot rejoin a running collective.
+- ``indexed-job``: a plain Indexed Job plus a headless Service, for clusters with no controller at all.
+- ``tfjob``: Kubeflow's TFJob (``kubeflow.org/v1``), on request only (:data:`TFJOB_NOTE`). The operator creates one
+  headless service per replica and injects TF_CONFIG; replicas restart on exit codes 128-255.
 
-In the last two the runtime derives TF_CONFIG from the completion index (:mod:`tfdist.cluster.resolve`). Every
-container starts through ``tfdist tf-config --exec``, serves ``/healthz`` and ``/metrics`` on the metrics port
-(probed by a startup and a liveness probe), and mounts one shared volume for checkpoints and TensorBoard logs.
-Shared values (ports, thresholds, paths) come from ``templates/k8s/defaults.yaml``.
+Why JobSet is the default: TFJob needs Kubeflow Trainer v1 (the training-operator), which is no longer maintained
+(its successor, Trainer v2, has no TFJob), and Kueue turned its TFJob integration off by default (kueue#12606,
+trainer#3517), while JobSet is one of the kinds Kueue queues out of the box and what Trainer v2 itself runs on. Of the
+two kinds that need no Trainer v1, JobSet is the one that keeps every job shape a TFJob had (parameter servers, a
+side-car evaluator, a separate chief) and the gang restart; an Indexed Job needs no CRD at all but has one pod
+template for every task, so it takes neither parameter servers nor an evaluator.
+
+Exit statuses mean the same under all three (``permanent_exit_codes`` in the defaults): 1-127 fail the job at once,
+128-255 (143 = preempted) are retried. In the last two the runtime derives TF_CONFIG from the completion index
+(:mod:`tfdist.cluster.resolve`). Every container starts through ``tfdist tf-config --exec``, serves ``/healthz`` and
+``/metrics`` on the metrics port (probed by a startup and a liveness probe), and mounts one shared volume for
+checkpoints and TensorBoard logs. Shared values (ports, thresholds, paths) come from ``templates/k8s/defaults.yaml``.
 """
 from __future__ import annotations
 
@@ -29,7 +37,17 @@ from tfdist.cluster import TaskId, leader_of
 from tfdist.cluster import resolve as names
 from tfdist.cluster.grpc_keepalive import JOB_FILE_NOTE
 
-KINDS = ("tfjob", "jobset", "indexed-job")
+KINDS = ("jobset", "indexed-job", "tfjob")
+DEFAULT_KIND = "jobset"  # why: the module's docstring
+# Said (on stderr, and in the file's header) whenever a TFJob is written: what it needs that a cluster may lack.
+TFJOB_NOTE = ("a TFJob needs Kubeflow Trainer v1 (the training-operator), which is no longer maintained, and Kueue "
+              "queues it only with its kubeflow.org/tfjob integration turned on; --kind jobset (the default) or "
+              "indexed-job need neither")
+# The header of the files of the other kinds: what must run in the cluster for them.
+NEEDS = {"jobset": "Needs the JobSet controller (jobset.x-k8s.io); Kueue queues JobSets out of the box.",
+         "indexed-job": "Needs nothing but Kubernetes (batch/v1 Job and a headless Service)."}
+# The failure reason a Job gets when its podFailurePolicy's FailJob rule matched (a permanent exit status).
+POD_FAILURE_POLICY_REASON = "PodFailurePolicy"
 TFJOB_REPLICA_KEYS = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
 GPU_RESOURCE = "nvidia.com/gpu"
 CONTAINER_NAME = "tensorflow"  # TFJob requires this name
@@ -54,7 +72,7 @@ class K8sJobSpec:
         command: what each task runs (started through ``tfdist tf-config --exec``).
         workers: worker replicas. ps: parameter servers. chief: a separate chief. evaluator: a side-car evaluator.
         gpus_per_worker: ``nvidia.com/gpu`` limit of the chief and each worker (0: none).
-        kind: ``tfjob``, ``jobset`` or ``indexed-job``.
+        kind: ``jobset`` (default), ``indexed-job`` or ``tfjob``.
         max_restarts: how often the job may be restarted after failures.
         checkpoint_pvc: a ReadWriteMany PersistentVolumeClaim for checkpoints; None: an emptyDir (lost with the pod).
         namespace: metadata.namespace, or None for kubectl's current namespace.
@@ -69,7 +87,7 @@ class K8sJobSpec:
     chief: bool = False
     evaluator: bool = False
     gpus_per_worker: int = 0
-    kind: str = "tfjob"
+    kind: str = DEFAULT_KIND
     max_restarts: int = 3
     checkpoint_pvc: str | None = None
     namespace: str | None = None
@@ -98,11 +116,11 @@ class K8sJobSpec:
             raise UsageError("parameter servers need workers", hint="pass --workers N")
         if self.kind == "indexed-job" and self.ps:
             raise UsageError("parameter servers never exit, so an Indexed Job with them never completes",
-                             hint="use --kind jobset or --kind tfjob for parameter-server training")
+                             hint="use --kind jobset (the default) for parameter-server training")
         if self.kind == "indexed-job" and self.evaluator:
             # One pod template serves every index, and the evaluator must not get the workers' step-based probes.
             raise UsageError("an Indexed Job has one pod template, which cannot suit both workers and an evaluator",
-                             hint="use --kind jobset or --kind tfjob for a side-car evaluator")
+                             hint="use --kind jobset (the default) for a side-car evaluator")
 
     def replicas(self) -> dict[str, int]:
         """Role -> replica count, roles in TF order, empty roles left out."""
@@ -298,8 +316,12 @@ def jobset(spec: K8sJobSpec) -> dict[str, Any]:
         "spec": {
             # The headless service "<name>" with a DNS record per pod, published before the pods are ready.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            # Any failed pod fails its Job (backoffLimit 0), and JobSet then recreates every Job: a gang restart.
-            "failurePolicy": {"maxRestarts": spec.max_restarts},
+            # Any failed pod fails its Job (backoffLimit 0), and JobSet then recreates every Job: a gang restart;
+            # except a permanent exit status (the Job's podFailurePolicy), which fails the JobSet at once, as the
+            # ExitCode restart policy of a TFJob does: training a bug or bad input again cannot help.
+            "failurePolicy": {"maxRestarts": spec.max_restarts, "rules": [
+                {"name": "permanentExitCode", "action": "FailJobSet",
+                 "onJobFailureReasons": [POD_FAILURE_POLICY_REASON]}]},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [leader]},
             "ttlSecondsAfterFinished": defaults()["ttl_seconds_after_finished"],
             "replicatedJobs": replicated,
@@ -340,9 +362,10 @@ def manifests(spec: K8sJobSpec) -> list[dict[str, Any]]:
 
 def render_manifests(spec: K8sJobSpec) -> str:
     """The objects as one multi-document YAML text with a short header."""
+    needs = f"Note: {TFJOB_NOTE}." if spec.kind == "tfjob" else NEEDS[spec.kind]
     header = (f"# Written by `tfdist k8s` (tfdist {__version__}): {spec.kind}, "
               + ", ".join(f"{n} {r}" for r, n in spec.replicas().items())
-              + ".\n# Apply with: kubectl apply -f <this file>\n"
+              + f".\n# {needs}\n# Apply with: kubectl apply -f <this file>\n"
               + "".join(f"# {line}\n" for line in (JOB_FILE_NOTE if spec.ps else ())))
     body = yaml.dump_all(manifests(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120,
                          explicit_start=True)

@@ -8,153 +8,40 @@ A run folder (``tfdist launch --log-dir``, else a temporary folder removed when 
     attempt-<n>/<type>-<i>.heartbeat, .error.json   what the runtime reports
 
 The run record also goes to tfdist's state folder (``$XDG_STATE_HOME/tfdist/runs``, else
-``~/.local/state/tfdist/runs``), so ``tfdist status`` finds the most recent run without being told where its folder
-is, and can still say how a run ended once its temporary folder is gone. The newest :data:`KEEP_RECORDS` are kept.
+``~/.local/state/tfdist/runs``), so ``tfdist status`` finds the run meant without being told where its folder is
+(:func:`pick`: the one running now, else the latest started from this folder), and can still say how a run ended once
+its temporary folder is gone. The newest :data:`KEEP_RECORDS` are kept.
 
 Records are written 0600 (they name folders and commands of the user's jobs), and the command in them has its secret
-values masked (:func:`tfdist.redact.mask_command`). A record is read back only if every field has its type: a record
-edited by hand, or written by something else, is refused with the field named, never half-used.
+values masked (:func:`tfdist.redact.mask_command`). What a record holds, and when one read back is refused:
+:mod:`tfdist.launch.console.run_record`.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import socket
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, Sequence
 
 from tfdist.errors import UsageError
-from tfdist.redact import mask_command
+# The record itself lives in run_record; its users know these names as runs.RunRecord, runs.new_record, ...
+from tfdist.launch.console.run_record import RECORD_SCHEMA, RECORD_VERSION, RUN_ID, RUNNING, RunRecord, finished, \
+    new_record, same_process  # noqa: F401
 from tfdist.statedir import state_dir
+from tfdist.validate import printable
 
 RUN_FILE = "run.json"
 TASKS_FILE = "tasks.json"
-RECORD_SCHEMA = "tfdist.run"
-RECORD_VERSION = 1
 KEEP_RECORDS = 100
-RUNNING = "running"
 _ATTEMPT = re.compile(r"attempt-(\d+)")
-_RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-# Seconds since the epoch a record may hold: up to the year 5138, which every time function of the platform takes.
-_LATEST_TIME = 1e11
-# The summary's numbers (liveview.Summary.to_json) and their types; other keys must hold a short scalar.
-_SUMMARY_TYPES: dict[str, type] = {"steps": int, "restarts": int, "examples": int, "duration_s": float,
-                                   "steps_per_s": float, "examples_per_s": float, "loss": float}
 
 
 def records_dir(environ: Mapping[str, str]) -> Path:
     return state_dir(environ) / "runs"
-
-
-# ------------------------------------------------------------------------------------------------ the record
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """What is known about a run without reading its folder."""
-
-    run_id: str
-    log_dir: str
-    temporary: bool  # the folder is removed when the job ends (no --log-dir)
-    job_name: str
-    command: tuple[str, ...]
-    host: str
-    launcher_pid: int
-    started_at: float  # seconds since the epoch
-    cwd: str = ""
-    state: str = RUNNING  # then the supervisor's final state: succeeded, failed, preempted, interrupted
-    ended_at: float | None = None
-    summary: dict[str, Any] = field(default_factory=dict)  # steps, duration_s, steps_per_s, restarts, metrics
-
-    @property
-    def ended(self) -> bool:
-        return self.ended_at is not None
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["command"] = list(self.command)
-        return {"schema": RECORD_SCHEMA, "schema_version": RECORD_VERSION, **data}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "RunRecord":
-        """Raises ValueError, naming the field, for anything that is not a well-typed version-1 run record."""
-        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
-            raise ValueError("not a tfdist run record")
-        if data.get("schema_version") != RECORD_VERSION:
-            raise ValueError(f"run record version {data.get('schema_version')!r} is not {RECORD_VERSION}")
-        missing = [key for key in ("run_id", "log_dir", "temporary", "job_name", "command", "host", "launcher_pid",
-                                   "started_at") if key not in data]
-        if missing:
-            raise ValueError(f"incomplete run record: no {', '.join(missing)}")
-        run_id = _text(data, "run_id")
-        if not _RUN_ID.fullmatch(run_id):
-            raise ValueError("run record field run_id is not a run id")
-        command = data["command"]
-        if not isinstance(command, list) or not all(isinstance(w, str) for w in command):
-            raise ValueError("run record field command is not a list of strings")
-        if not isinstance(data["temporary"], bool):
-            raise ValueError("run record field temporary is not true or false")
-        pid = data["launcher_pid"]
-        if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2 ** 31:
-            raise ValueError("run record field launcher_pid is not a process id")
-        ended_at = data.get("ended_at")
-        return cls(run_id=run_id, log_dir=_text(data, "log_dir", path=True), temporary=data["temporary"],
-                   job_name=_text(data, "job_name"), command=tuple(command), host=_text(data, "host"),
-                   launcher_pid=pid, started_at=_time(data, "started_at"), cwd=_text(data, "cwd", path=True),
-                   state=_text(data, "state") if "state" in data else RUNNING,
-                   ended_at=None if ended_at is None else _time(data, "ended_at"),
-                   summary=_summary(data.get("summary")))
-
-
-def _text(data: dict[str, Any], key: str, *, path: bool = False) -> str:
-    value = data.get(key, "")
-    if not isinstance(value, str) or (path and "\0" in value):
-        raise ValueError(f"run record field {key} is not {'a path' if path else 'text'}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _time(data: dict[str, Any], key: str) -> float:
-    value = data[key]
-    if not _is_number(value) or not 0 <= value <= _LATEST_TIME:
-        raise ValueError(f"run record field {key} is not a time")
-    return float(value)
-
-
-def _summary(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError("run record field summary is not an object")
-    for key, item in value.items():
-        wanted = _SUMMARY_TYPES.get(key)
-        if item is None:
-            continue
-        if wanted is int and not (isinstance(item, int) and not isinstance(item, bool)):
-            raise ValueError(f"run record field summary.{key} is not a whole number")
-        if wanted is float and not (isinstance(item, (int, float)) and not isinstance(item, bool)):
-            raise ValueError(f"run record field summary.{key} is not a number")  # NaN is one: a loss can diverge
-        if wanted is None and not (isinstance(item, (str, bool)) or _is_number(item)):
-            raise ValueError(f"run record field summary.{key} is not a plain value")
-    return dict(value)
-
-
-def new_record(*, run_id: str, log_dir: str, temporary: bool, job_name: str, command: tuple[str, ...]) -> RunRecord:
-    """The record of a run this process is starting now (the command with its secrets masked)."""
-    return RunRecord(run_id=run_id, log_dir=os.path.abspath(log_dir), temporary=temporary, job_name=job_name,
-                     command=mask_command(command), host=socket.gethostname(), launcher_pid=os.getpid(),
-                     started_at=time.time(), cwd=os.getcwd())
-
-
-def finished(record: RunRecord, state: str, summary: Mapping[str, Any]) -> RunRecord:
-    return replace(record, state=state, ended_at=time.time(), summary=dict(summary))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -217,25 +104,119 @@ def list_records(environ: Mapping[str, str]) -> list[RunRecord]:
     return sorted(found, key=lambda r: r.started_at, reverse=True)
 
 
+# Why a command given no run showed the one it did (Pick.by; also in `tfdist status --json`).
+BY_RUNNING = "running"  # the one run whose launcher runs now
+BY_RUNNING_HERE = "running-here"  # of several running, the one started from this folder
+BY_FOLDER = "folder"  # none runs: the latest started from this folder
+BY_NEWEST = "newest"  # none runs, none was started from this folder: the latest of all
+NAMED_RUNNING = 5  # how many running runs an ambiguity error names (the rest are counted)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The run a command given no run means, why, and every run running now (newest first, the chosen one too)."""
+
+    record: RunRecord
+    by: str
+    running: tuple[RunRecord, ...] = ()
+
+    @property
+    def also_running(self) -> tuple[RunRecord, ...]:
+        return tuple(r for r in self.running if r.run_id != self.record.run_id)
+
+
 def latest(records: list[RunRecord], cwd: str) -> RunRecord:
     """The newest of ``records`` (newest first) started from folder ``cwd``, else the newest of all (pure)."""
     return next((r for r in records if r.cwd == cwd), records[0])
 
 
-def chosen_because(record: RunRecord, cwd: str) -> str:
-    """Why a run given by no id was the one shown, in words for ``tfdist status`` (pure)."""
+def pick(records: list[RunRecord], cwd: str, running_ids: Collection[str]) -> Pick:
+    """Which of ``records`` (newest first, at least one) a command given no run means (pure; the table in the tests
+    is the rule): the run whose launcher runs now (``running_ids``), wherever it was started; of several, the one
+    started from ``cwd``; when none runs, the latest started from ``cwd``, else the latest of all.
+
+    Raises:
+        UsageError: several run and not exactly one of them was started from ``cwd``: guessing would show the wrong
+            job as if it were the one; the message names them and the hint says how to pick one.
+    """
+    running = tuple(r for r in records if r.run_id in running_ids)
+    if len(running) == 1:
+        return Pick(running[0], BY_RUNNING, running)
+    if running:
+        here = [r for r in running if r.cwd == cwd]
+        if len(here) == 1:
+            return Pick(here[0], BY_RUNNING_HERE, running)
+        raise UsageError(_several_running(running, cwd, len(here)),
+                         hint=f"give one of their ids as RUN, e.g. `tfdist status {running[0].run_id}`; "
+                              "`tfdist status --list` shows every run")
+    chosen = latest(records, cwd)
+    return Pick(chosen, BY_FOLDER if chosen.cwd == cwd else BY_NEWEST)
+
+
+def _several_running(running: Sequence[RunRecord], cwd: str, here: int) -> str:
+    where = f", {here} of them started from this folder" if here else ", none of them started from this folder"
+    named = ", ".join(_describe(r, cwd) for r in running[:NAMED_RUNNING])
+    more = f" and {len(running) - NAMED_RUNNING} more" if len(running) > NAMED_RUNNING else ""
+    return f"{len(running)} runs are running now{where}: {named}{more}"
+
+
+def _describe(record: RunRecord, cwd: str) -> str:
+    """``3f2a9c1b0d2e (from /data/job, started 2026-12-03 13:02:11, launcher pid 4242)``, printable."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started_at))
+    where = "this folder" if record.cwd == cwd else printable(record.cwd or "an unknown folder", 200)
+    return f"{record.run_id} (from {where}, started {started}, launcher pid {record.launcher_pid})"
+
+
+def chosen_because(record: RunRecord, cwd: str, running: Sequence[RunRecord] = ()) -> str:
+    """Why a run given by no id was the one shown, in words for ``tfdist status`` (pure). ``running``: every run
+    running now (:attr:`Pick.running`)."""
+    others = [r for r in running if r.run_id != record.run_id]
+    if len(others) < len(running):
+        where = "this folder" if record.cwd == cwd else printable(record.cwd or "an unknown folder", 200)
+        text = f"showing run {record.run_id}, the one running now (started from {where})"
+        if others:
+            more = f" and {len(others) - NAMED_RUNNING} more" if len(others) > NAMED_RUNNING else ""
+            text = (f"showing run {record.run_id}, the one of {len(running)} running now started from this folder; "
+                    f"also running: {', '.join(_describe(r, cwd) for r in others[:NAMED_RUNNING])}{more}")
+        return text
     if record.cwd == cwd:
         return f"showing run {record.run_id}, the latest started from this folder"
     return (f"showing run {record.run_id}, the latest of this user, started from {record.cwd or 'an unknown folder'} "
             "(none was started from this folder)")
 
 
-def find_run(ref: str | None, environ: Mapping[str, str], cwd: str | None = None) -> RunRecord:
-    """The run ``ref`` names: a run folder (a path holding ``run.json``), a run id or a unique prefix of one, or
-    (``None``) the most recent run started from ``cwd`` (default: this process's folder), else the most recent.
+def running_ids(records: Sequence[RunRecord]) -> set[str]:
+    """The ids of ``records`` whose launcher runs now, on this host (a record without an end whose pid and start time
+    name a live process)."""
+    return {r.run_id for r in records if not r.ended and launcher_alive(r) is True}
+
+
+def _recorded(environ: Mapping[str, str]) -> list[RunRecord]:
+    records = list_records(environ)
+    if not records:
+        damaged = len(list(records_dir(environ).glob("*.json")))
+        skipped = f" ({damaged} damaged record(s) skipped)" if damaged else ""
+        raise UsageError(f"no runs recorded in {records_dir(environ)}{skipped}",
+                         hint="start one with tfdist launch, or give its run folder")
+    return records
+
+
+def choose(environ: Mapping[str, str], cwd: str | None = None) -> Pick:
+    """The run meant when none is named (:func:`pick`), from ``cwd`` (default: this process's folder).
 
     Raises:
-        UsageError: nothing recorded, no match, or an ambiguous prefix.
+        UsageError: nothing recorded, or several runs running (see :func:`pick`).
+    """
+    records = _recorded(environ)
+    return pick(records, os.getcwd() if cwd is None else cwd, running_ids(records))
+
+
+def find_run(ref: str | None, environ: Mapping[str, str], cwd: str | None = None) -> RunRecord:
+    """The run ``ref`` names: a run folder (a path holding ``run.json``), a run id or a unique prefix of one, or
+    (``None``) the run meant when none is named (:func:`choose`).
+
+    Raises:
+        UsageError: nothing recorded, no match, an ambiguous prefix, or several runs running and none named.
     """
     if ref and (os.sep in ref or ref.startswith(".") or os.path.isdir(ref)):
         try:
@@ -247,15 +228,10 @@ def find_run(ref: str | None, environ: Mapping[str, str], cwd: str | None = None
         except ValueError as bad:
             raise UsageError(f"{Path(ref) / RUN_FILE}: {bad}",
                              hint="it was not written by tfdist launch; give another run") from None
-    records = list_records(environ)
-    if not records:
-        damaged = len(list(records_dir(environ).glob("*.json")))
-        skipped = f" ({damaged} damaged record(s) skipped)" if damaged else ""
-        raise UsageError(f"no runs recorded in {records_dir(environ)}{skipped}",
-                         hint="start one with tfdist launch, or give its run folder")
     if ref is None:
-        return latest(records, os.getcwd() if cwd is None else cwd)
-    if not _RUN_ID.fullmatch(ref):
+        return choose(environ, cwd).record
+    records = _recorded(environ)
+    if not RUN_ID.fullmatch(ref):
         raise UsageError(f"{ref!r} is not a run id", hint="see `tfdist status --list`")
     matches = [r for r in records if r.run_id.startswith(ref)]
     if not matches:
@@ -275,17 +251,20 @@ def reload(record: RunRecord, environ: Mapping[str, str]) -> RunRecord:
 
 
 def launcher_alive(record: RunRecord) -> bool | None:
-    """Whether the launcher that wrote ``record`` still runs; None when that cannot be told from here (another host)."""
+    """Whether the launcher that wrote ``record`` still runs; None when that cannot be told from here (another host).
+    A process of the recorded pid is that launcher only if it started when the launcher did (:func:`same_process`)."""
     if record.host != socket.gethostname():
         return None
     import psutil
 
     try:
         process = psutil.Process(record.launcher_pid)
-        # A recycled pid belongs to a process started after the run.
-        return process.create_time() <= record.started_at + 1 and process.status() != psutil.STATUS_ZOMBIE
+        started = process.create_time()
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
     except psutil.Error:
         return False
+    return same_process(started, record)
 
 
 # ---------------------------------------------------------------------------------------------- the folder
