@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dump": ("tfdist.cli.dump", "Dump every task's Python stacks and say which task stopped first."),
     "tf-config": ("tfdist.cli.tf_config", "Print the TF_CONFIG this process resolves to."),
     "slurm": ("tfdist.cli.slurm", "Write an sbatch script that runs the job on Slurm."),
-    "k8s": ("tfdist.cli.k8s", "Write Kubernetes manifests (TFJob, JobSet, Indexed Job)."),
+    "k8s": ("tfdist.cli.k8s", "Write Kubernetes manifests (JobSet, Indexed Job, TFJob)."),
     "monitor": ("tfdist.cli.monitor", "Grafana dashboard and Prometheus scrape config for a job."),
     "tensorboard": ("tfdist.cli.tensorboard", "Start TensorBoard on a job's log directory."),
     "init": ("tfdist.cli.init", "Write a training project that tfdist launch runs as it is."),
