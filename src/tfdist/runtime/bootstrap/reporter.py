@@ -22,6 +22,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable
 
+from tfdist.protocol.records import Phase
 from tfdist.runtime.reporting import Heartbeat, write_error_file
 
 
@@ -103,7 +104,8 @@ class Reporter:
             self.finished()
 
     # -- Keras fit (driven by the callback in keras_hooks) -------------------------------------------------------
-    def fit_begin(self, step: int, *, steps_per_call: int = 1, total_steps: int | None = None) -> Any:
+    def fit_begin(self, step: int, *, steps_per_call: int = 1, total_steps: int | None = None,
+                  steps_per_epoch: int | None = None) -> Any:
         """A ``fit`` begins; ``step`` is its optimizer's step (where a restore left it), ``total_steps`` its epochs x
         steps. Steps are counted over the whole process: a later ``fit`` (TensorFlow's multi-worker tutorial trains,
         saves, reloads and trains again) goes on from the steps already run, and its total is theirs plus its own, so
@@ -120,7 +122,8 @@ class Reporter:
         self.exit_status = None  # a sys.exit the script caught before it trained is not how it ends
         self.reported = True
         self.progress = Progress(heartbeat=self.heartbeat)
-        self.progress.begin(step, steps_per_call=steps_per_call, total_steps=total_steps)
+        self.progress.begin(step, steps_per_call=steps_per_call, total_steps=total_steps,
+                            steps_per_epoch=steps_per_epoch)
         self.step = step
         return self.progress
 
@@ -142,6 +145,11 @@ class Reporter:
         hb = self.heartbeat
         if self.fits == 0 and not self.ended and self.step is not None and hb.due():
             hb.beat(self.step)
+
+    def evaluating(self) -> None:
+        """A standalone ``evaluate`` begins (between a custom loop's steps): the ``between`` phase."""
+        if self.fits == 0 and self.heartbeat.path and self.heartbeat.phases.enter(Phase.BETWEEN):
+            self.heartbeat.beat(self.step, force=True)
 
     def finished(self) -> None:
         self.heartbeat.finished(self.step, loss=self.loss)
@@ -176,6 +184,8 @@ class Reporter:
             self._first_seen = step
             return
         if step != self._first_seen and step != self.step:
+            phases = self.heartbeat.phases  # the beat below is written at once, whether the kind changed or not
+            phases.steps_done(step - (self._first_seen if self.step is None else self.step), phases.clock())
             self.step = step
             self.reported = True
             self.exit_status = None  # steps after a sys.exit the script caught: that exit is not how it ends
