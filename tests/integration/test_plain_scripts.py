@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.protocol import TaskState, read_heartbeat
+from tfdist.protocol.records import Phase
 
 pytestmark = pytest.mark.slow
 PLAIN = REPO_ROOT / "tests" / "plain"
@@ -247,3 +248,31 @@ def test_issue_35_2_a_script_that_fits_twice_shows_steps_that_belong_together_an
     assert any(state == "training" and total == 22 and 6 <= step < 22 for _, state, step, total in seen), seen
     final = {t["task"]: (t["state"], t["step"], t["total_steps"]) for t in status_tasks(logs)}
     assert final == {"worker:0": ("done", 22, 22), "worker:1": ("done", 22, 22)}, final
+
+
+# -- issue 36 -----------------------------------------------------------------------------------------------------
+def test_issue_36_heartbeats_say_the_phase_and_a_restarted_group_restores(tmp_path):
+    """A plain Keras script under the bootstrap: while it steps its heartbeat says ``step`` with start-up and step
+    durations; a killed worker's group restarts, and there the restore (BackupAndRestore, snapshots) is a phase."""
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0", "--log-dir",
+         str(logs), "--", KERAS, "--backup-dir", str(tmp_path / "b"), "--epochs", "2", "--steps", "40",
+         "--step-sleep", "0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        wait_for(lambda: progressed(logs, ["worker:0", "worker:1"], past=8), what="both workers to run steps")
+        stepping = beat(logs, "worker:0")
+        tasks = json.loads((logs / "attempt-0" / "tasks.json").read_text())
+        os.kill(next(t["pid"] for t in tasks if t["task"] == "worker:1"), signal.SIGKILL)
+        _, err = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, err
+    assert stepping.phase in (Phase.STEP, Phase.BETWEEN) and stepping.phase_since <= stepping.time, stepping
+    assert stepping.phase_stats[Phase.STARTUP].n == 1 and stepping.phase_stats[Phase.STEP].n >= 1, stepping
+    assert stepping.phase_stats[Phase.STEP].p99 < stepping.phase_stats[Phase.STARTUP].p99  # the first step is not one
+    again = beat(logs, "worker:0", attempt=1)
+    assert again.finished and again.phase is Phase.BETWEEN, again
+    assert again.phase_stats[Phase.RESTORE].n == 1 and again.phase_stats[Phase.STARTUP].n == 1, again
+    assert again.phase_stats[Phase.BETWEEN].n >= 1 and again.phase_stats[Phase.STEP].n >= 1, again

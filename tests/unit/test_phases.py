@@ -139,3 +139,28 @@ def test_a_custom_loop_steps_are_seen_by_polling_with_their_mean_duration(tmp_pa
     assert record.phase is Phase.STEP and record.step == 7
     assert record.phase_stats[Phase.STEP] == PhaseStats(5, pytest.approx(0.1), pytest.approx(0.1))
     assert record.phase_stats[Phase.STARTUP].n == 1
+
+
+def test_a_standalone_evaluate_between_a_custom_loops_steps_is_between(tmp_path):
+    clock = Clock()
+    phases = PhaseClock(started=clock.now, clock=clock)
+    heartbeat = Heartbeat(str(tmp_path / "hb"), min_interval=3600, phases=phases)
+    steps = {}
+    rep = Reporter(heartbeat, read_step=lambda o: steps.get(id(o)))
+
+    class Opt:
+        pass
+
+    opt = Opt()
+    rep._optimizers.add(opt)
+    steps[id(opt)] = 0
+    rep.poll_loop()
+    steps[id(opt)] = 3
+    rep.poll_loop()
+    rep.evaluating()  # the keep-alive callback's on_test_begin
+    assert P.read_heartbeat(str(tmp_path / "hb")).phase is Phase.BETWEEN  # at once, throttled or not
+    clock.now += 4.0
+    steps[id(opt)] = 4
+    rep.poll_loop()
+    record = P.read_heartbeat(str(tmp_path / "hb"))
+    assert record.phase is Phase.STEP and record.phase_stats[Phase.BETWEEN] == PhaseStats(1, 4.0, 4.0)

@@ -7,7 +7,7 @@ no I/O; the writer asks :meth:`PhaseClock.report` for the record's fields when i
 
 The phases (:class:`tfdist.protocol.Phase`), as Keras' hooks delimit them:
 
-- ``startup``: from the process start to the end of its first step (the first step traces and compiles the
+- ``startup``: from the process start (a warm spare's: when it is given its task) to the end of its first step (the first step traces and compiles the
   training function: it is start-up work, and would be a thousand-fold outlier among the steps);
 - ``restore``: a fit's restore (``BackupAndRestore``, in-memory snapshots), up to the end of its first step, which
   traces again;
@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 from tfdist.protocol.records import Phase, PhaseStats
 
-WINDOW = 512  # durations kept per phase: the p99 follows the recent steps, in constant memory
+WINDOW = 512  # durations kept per phase: the p99 follows the recent steps, in constant memory (a power of two)
+_SLOT = WINDOW - 1  # n & _SLOT: the ring's slot for the n-th duration
+_STEP = Phase.STEP  # an enum member read per step: a module global is a cheaper lookup than the class attribute
 
 
 class _Durations:
@@ -41,7 +43,7 @@ class _Durations:
         self.longest = 0.0
 
     def add(self, seconds: float) -> None:
-        self.ring[self.n % WINDOW] = seconds
+        self.ring[self.n & _SLOT] = seconds
         self.n += 1
         if seconds > self.longest:
             self.longest = seconds
@@ -69,6 +71,7 @@ class PhaseClock:
         self.phase = Phase.STARTUP
         self.since = started if started is not None else now - _process_age()
         self._durations: dict[Phase, _Durations] = {}
+        self._open = self._durations_of(Phase.STARTUP)  # the current phase's durations
         self._stats: dict[Phase, PhaseStats] | None = None
         self._counted = -1  # the durations' total count when _stats was computed
 
@@ -79,21 +82,29 @@ class PhaseClock:
             return False
         self._finish(self.clock() if now is None else now)
         self.phase = phase
+        self._open = self._durations_of(phase)
         return True
 
     def step_done(self, now: float) -> bool:
-        """A step ended at monotonic ``now`` and the next begins. True when the kind changed (the first step)."""
-        if self.phase is Phase.STEP:
-            self._finish(now)
-            return False
-        return self.enter(Phase.STEP, now)
+        """A step ended at monotonic ``now`` and the next begins. True when the kind changed (the first step).
+        Called per training step: the ring write is inlined."""
+        if self.phase is not _STEP:
+            return self.enter(_STEP, now)
+        durations = self._open
+        seconds = now - self.since
+        durations.ring[durations.n & _SLOT] = seconds
+        durations.n += 1
+        if seconds > durations.longest:
+            durations.longest = seconds
+        self.since = now
+        return False
 
     def steps_done(self, count: int, now: float) -> bool:
         """``count`` steps ended by ``now`` since the last look (a custom loop, seen by polling its optimizer): each is
         counted with their mean duration. True when the kind changed."""
-        if self.phase is not Phase.STEP or count <= 0:
-            return self.enter(Phase.STEP, now)
-        durations = self._durations.setdefault(Phase.STEP, _Durations())
+        if self.phase is not _STEP or count <= 0:
+            return self.enter(_STEP, now)
+        durations = self._open
         mean = (now - self.since) / count
         for _ in range(min(count, WINDOW)):
             durations.add(mean)
@@ -101,18 +112,21 @@ class PhaseClock:
         self.since = now
         return False
 
-    def _finish(self, now: float) -> None:
-        durations = self._durations.get(self.phase)
+    def _durations_of(self, phase: Phase) -> _Durations:
+        durations = self._durations.get(phase)
         if durations is None:
-            durations = self._durations[self.phase] = _Durations()
-        durations.add(max(0.0, now - self.since))
+            durations = self._durations[phase] = _Durations()
+        return durations
+
+    def _finish(self, now: float) -> None:
+        self._open.add(max(0.0, now - self.since))
         self.since = now
 
     def report(self) -> tuple[Phase, float, dict[Phase, PhaseStats] | None]:
         """The heartbeat's ``phase``, ``phase_since`` (wall clock) and ``phase_stats``."""
         counted = sum(d.n for d in self._durations.values())
         if counted != self._counted:
-            self._stats = {phase: d.stats() for phase, d in self._durations.items()} or None
+            self._stats = {phase: d.stats() for phase, d in self._durations.items() if d.n} or None
             self._counted = counted
         return self.phase, self._wall_offset + self.since, self._stats
 
@@ -131,6 +145,13 @@ def _process_age() -> float:
 
 
 _process: dict[str, PhaseClock] = {}
+
+
+def start_task() -> PhaseClock:
+    """This process's task starts now (the task bootstrap, which a warm spare runs once it is given its task: its
+    start-up counts from then, not from the spare's own start); a new clock replaces any there was."""
+    clock = _process["clock"] = PhaseClock(started=time.perf_counter())
+    return clock
 
 
 def process_phases() -> PhaseClock:

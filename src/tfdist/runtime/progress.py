@@ -96,14 +96,14 @@ class Progress:
         phases, changed = self._phases, False
         if phases is not None:
             # An epoch's last batch: what follows is its end (callbacks, validation, saves), not a step.
-            last = batch is not None and self._per_epoch and (batch + 1) % self._per_epoch == 0
-            if self._first:  # it traced the training function: it ends start-up (or the restore) at its end
+            last = self._per_epoch and batch is not None and (batch + 1) % self._per_epoch == 0
+            if not (self._first or last):
+                phases.step_done(now)  # the common case first: one call per step
+            elif self._first:  # it traced the training function: it ends start-up (or the restore) at its end
                 self._first = False
                 changed = phases.enter(Phase.BETWEEN if last else Phase.STEP, now)
-            elif last:
-                changed = phases.enter(Phase.BETWEEN, now)  # which finishes the step that just ended
             else:
-                phases.step_done(now)
+                changed = phases.enter(Phase.BETWEEN, now)  # which finishes the step that just ended
         per_call = self._per_call
         duration = (now - self._mark) / per_call if self._mark is not None else 0.0
         self._mark = now

@@ -65,7 +65,11 @@ class Reporter:
     # -- the process ---------------------------------------------------------------------------------------------
     def install(self) -> None:
         """Hook the script's end: an uncaught exception marks the task failed and is written as the error record
-        (the path is read now: a warm spare learns it after start-up), a clean exit marks it finished."""
+        (the path is read now: a warm spare learns it after start-up), a clean exit marks it finished. The task's
+        start-up phase begins now."""
+        from tfdist.runtime import phases
+
+        phases.start_task()
         previous = sys.excepthook
 
         def hook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
