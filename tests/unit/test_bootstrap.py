@@ -305,3 +305,14 @@ def test_task_environment_puts_the_site_folder_first_once():
     assert env["PYTHONPATH"].split(os.pathsep) == [bootstrap.SITE_DIR, "/a"]
     assert env[bootstrap.ENABLE_VARIABLE] == "1"
     assert os.path.isfile(os.path.join(bootstrap.SITE_DIR, "sitecustomize.py"))
+
+
+def test_sys_exit_in_another_thread_ends_that_thread_only(installed):
+    import threading
+
+    rep, path, _ = installed
+    worker = threading.Thread(target=exit_with, args=(4,))
+    worker.start()
+    worker.join()
+    rep.at_exit()
+    assert P.read_heartbeat(path).state is P.TaskState.FINISHED  # the process itself ends with status 0

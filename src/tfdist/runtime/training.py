@@ -117,10 +117,9 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     import tensorflow as tf
 
     from tfdist.runtime import metrics
+    from tfdist.runtime.phases import marks_restore
     from tfdist.runtime.progress import Progress, progress_callback, time_backups
     from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard
-
-    from tfdist.runtime.phases import marks_restore
 
     result: list[Any] = []
     info = cluster_info()

@@ -87,7 +87,8 @@ class Reporter:
 
     def _recording_exit(self, exit_function: Callable[..., Any]) -> Callable[..., Any]:
         def exit(status: object = None) -> Any:  # noqa: A001 - stands in for sys.exit
-            self.exit_status = exit_status(status)
+            if threading.current_thread() is threading.main_thread():  # elsewhere it ends that thread only
+                self.exit_status = exit_status(status)
             return exit_function(status)
 
         exit.__doc__ = exit_function.__doc__
