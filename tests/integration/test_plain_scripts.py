@@ -17,11 +17,12 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.protocol import TaskState, read_heartbeat
+from tfdist.protocol.records import Phase
 
 pytestmark = pytest.mark.slow
 PLAIN = REPO_ROOT / "tests" / "plain"
-KERAS, LOOP, PS, MIRRORED = (str(PLAIN / n) for n in ("keras_multiworker.py", "custom_loop.py", "ps_training.py",
-                                                       "mirrored_one_machine.py"))
+KERAS, LOOP, PS, MIRRORED, TWO_FITS = (str(PLAIN / n) for n in (
+    "keras_multiworker.py", "custom_loop.py", "ps_training.py", "mirrored_one_machine.py", "keras_two_fits.py"))
 TIMEOUT = 900  # a loaded 2-core machine runs TensorFlow's start-up several times slower
 
 
@@ -206,3 +207,72 @@ def test_8_the_root_cause_excerpt_is_filtered_like_the_console(tmp_path):
     excerpt = done.stderr.split("last lines of its stderr:")[1]
     assert "ZeroDivisionError" in excerpt
     assert not [line for line in excerpt.splitlines() if GLOG.match(line) or "absl::InitializeLog" in line], excerpt
+
+
+# -- issue 35 -----------------------------------------------------------------------------------------------------
+def test_issue_35_1_an_exit_with_a_status_before_any_training_is_retried(tmp_path):
+    script = tmp_path / "f.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    logs = tmp_path / "logs"
+    done = launch("--max-restarts", "2", "--log-dir", str(logs), "--", str(script), timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "after training finished" not in done.stderr, done.stderr
+    assert (logs / "attempt-2").is_dir() and not (logs / "attempt-3").exists(), done.stderr  # the whole budget
+    assert beat(logs, "worker:0", attempt=2) is None  # nothing trained, nothing said it finished
+
+
+def status_tasks(logs: Path) -> list[dict]:
+    shown = subprocess.run([sys.executable, "-m", "tfdist", "status", "--json", str(logs)], capture_output=True,
+                           text=True, timeout=120, cwd=REPO_ROOT)
+    return json.loads(shown.stdout)["tasks"] if shown.returncode == 0 and shown.stdout.strip() else []
+
+
+def test_issue_35_2_a_script_that_fits_twice_shows_steps_that_belong_together_and_done(tmp_path):
+    """TensorFlow's multi-worker tutorial: fit 2x3 steps, save, reload, fit 2x8 more: while it runs every step shown
+    is within its total, the second fit shows on from the first (6 + 16), and at the end both workers are done."""
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--log-dir", str(logs), "--", TWO_FITS, "--model-dir",
+         str(tmp_path / "model"), "--first", "2x3", "--second", "2x8", "--step-sleep", "0.4"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    seen = []
+    try:
+        while launcher.poll() is None:
+            seen += [(t["task"], t["state"], t["step"], t["total_steps"]) for t in status_tasks(logs)]
+        err = launcher.stderr.read()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, err
+    assert all(step <= total for _, _, step, total in seen if step is not None and total is not None), seen
+    assert any(state == "training" and total == 22 and 6 <= step < 22 for _, state, step, total in seen), seen
+    final = {t["task"]: (t["state"], t["step"], t["total_steps"]) for t in status_tasks(logs)}
+    assert final == {"worker:0": ("done", 22, 22), "worker:1": ("done", 22, 22)}, final
+
+
+# -- issue 36 -----------------------------------------------------------------------------------------------------
+def test_issue_36_heartbeats_say_the_phase_and_a_restarted_group_restores(tmp_path):
+    """A plain Keras script under the bootstrap: while it steps its heartbeat says ``step`` with start-up and step
+    durations; a killed worker's group restarts, and there the restore (BackupAndRestore, snapshots) is a phase."""
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0", "--log-dir",
+         str(logs), "--", KERAS, "--backup-dir", str(tmp_path / "b"), "--epochs", "2", "--steps", "40",
+         "--step-sleep", "0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        wait_for(lambda: progressed(logs, ["worker:0", "worker:1"], past=8), what="both workers to run steps")
+        stepping = beat(logs, "worker:0")
+        tasks = json.loads((logs / "attempt-0" / "tasks.json").read_text())
+        os.kill(next(t["pid"] for t in tasks if t["task"] == "worker:1"), signal.SIGKILL)
+        _, err = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, err
+    assert stepping.phase in (Phase.STEP, Phase.BETWEEN) and stepping.phase_since <= stepping.time, stepping
+    assert stepping.phase_stats[Phase.STARTUP].n == 1 and stepping.phase_stats[Phase.STEP].n >= 1, stepping
+    assert stepping.phase_stats[Phase.STEP].p99 < stepping.phase_stats[Phase.STARTUP].p99  # the first step is not one
+    again = beat(logs, "worker:0", attempt=1)
+    assert again.finished and again.phase is Phase.BETWEEN, again
+    assert again.phase_stats[Phase.RESTORE].n == 1 and again.phase_stats[Phase.STARTUP].n == 1, again
+    assert again.phase_stats[Phase.BETWEEN].n >= 1 and again.phase_stats[Phase.STEP].n >= 1, again

@@ -69,21 +69,98 @@ def test_fit_end_writes_finished_and_clean_exit_finishes(tmp_path):
     assert beat.state is P.TaskState.FINISHED and beat.step == 11 and beat.loss == 0.5 and rep.ended
 
 
-def test_exit_after_an_uncaught_exception_is_not_finished(tmp_path, monkeypatch):
+@pytest.mark.parametrize("carried", [True, False], ids=["reloaded-model", "new-model"])
+def test_a_second_fit_counts_on_from_the_first_with_a_total_that_belongs(tmp_path, carried):
+    """Issue 35 item 2: train 6 steps, reload (or rebuild) the model, train 10 more: 6/16 at its start, 16/16 at
+    its end, whatever its optimizer's own step was (the reloaded model's 6, a new one's 0)."""
     rep, path = reporter_at(tmp_path, {})
-    monkeypatch.setattr(sys, "excepthook", lambda *a: None)
-    rep.install()
-    try:
-        sys.excepthook(ValueError, ValueError("x"), None)
-        rep.at_exit()
-        assert not os.path.exists(path)
-        rep.failed = False
-        rep.at_exit()
-        assert P.read_heartbeat(path).state is P.TaskState.FINISHED
-    finally:
-        import atexit
+    first = rep.fit_begin(0, total_steps=6)
+    for _ in range(6):
+        first.batch_end(1.0)
+    rep.fit_end()
+    second = rep.fit_begin(6 if carried else 0, total_steps=10)
+    beat = P.read_heartbeat(path)
+    assert (beat.state, beat.step, beat.total_steps) == (P.TaskState.TRAINING, 6, 16)
+    for _ in range(10):
+        second.batch_end(0.5)
+    rep.fit_end()
+    beat = P.read_heartbeat(path)
+    assert (beat.state, beat.step, beat.total_steps) == (P.TaskState.FINISHED, 16, 16)
 
-        atexit.unregister(rep.at_exit)
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """A reporter with its exit hooks installed, every one of them undone after the test."""
+    import atexit
+    import builtins
+
+    monkeypatch.setattr(sys, "excepthook", lambda *a: None)
+    monkeypatch.setattr(sys, "exit", sys.exit)
+    for name in ("exit", "quit"):
+        monkeypatch.setattr(builtins, name, getattr(builtins, name), raising=False)
+    steps: dict = {}
+    rep, path = reporter_at(tmp_path, steps)
+    rep.install()
+    yield rep, path, steps
+    atexit.unregister(rep.at_exit)
+
+
+def test_exit_after_an_uncaught_exception_is_not_finished(installed):
+    rep, path, _ = installed
+    sys.excepthook(ValueError, ValueError("x"), None)
+    rep.at_exit()
+    assert not os.path.exists(path)
+    rep.failed = False
+    rep.at_exit()
+    assert P.read_heartbeat(path).state is P.TaskState.FINISHED
+
+
+def exit_with(status, how: str = "sys") -> None:
+    import builtins
+
+    with pytest.raises(SystemExit):
+        (sys.exit if how == "sys" else getattr(builtins, how))(status)
+
+
+# Issue 35 item 1: (how the script ends, what it trained) -> the state its heartbeat ends in (None: none written).
+EXITS = [
+    ((3, "sys"), "nothing", None),  # missing data, a failed download: a failure, retried
+    (("no data here", "sys"), "nothing", None),  # SystemExit with a message exits 1
+    ((2, "exit"), "nothing", None),  # exit() and quit() too
+    ((256 + 4, "quit"), "nothing", None),
+    ((0, "sys"), "nothing", "finished"),  # status 0 is a success (as torchrun and the launcher count it): done
+    ((None, "sys"), "nothing", "finished"),
+    ((3, "sys"), "loop", "training"),  # a custom loop that gives up: the last beat stays, the launcher retries
+    ((0, "sys"), "loop", "finished"),
+    ((3, "sys"), "fit", "finished"),  # after fit returned: a failure after training finished, not trained again
+]
+
+
+@pytest.mark.parametrize("end, trained, state", EXITS)
+def test_only_an_exit_after_finished_training_or_with_status_0_is_finished(installed, end, trained, state):
+    rep, path, steps = installed
+    if trained == "loop":
+        opt = Opt()
+        steps[id(opt)] = 0
+        rep._optimizers.add(opt)
+        rep.poll_loop()
+        steps[id(opt)] = 5
+        rep.poll_loop()
+    elif trained == "fit":
+        rep.fit_begin(0, total_steps=4).batch_end(0.5)
+        rep.fit_end()
+    exit_with(*end)
+    rep.at_exit()
+    beat = P.read_heartbeat(path)
+    assert (beat.state.value if beat else None) == state, beat
+
+
+def test_an_exit_the_script_caught_before_training_is_not_how_it_ends(installed):
+    rep, path, _ = installed
+    exit_with(2)  # argparse inside a try: the script goes on
+    rep.fit_begin(0).batch_end(None)
+    rep.at_exit()
+    assert P.read_heartbeat(path).state is P.TaskState.FINISHED
 
 
 # -- the post-import hook ----------------------------------------------------------------------------------------
@@ -228,3 +305,14 @@ def test_task_environment_puts_the_site_folder_first_once():
     assert env["PYTHONPATH"].split(os.pathsep) == [bootstrap.SITE_DIR, "/a"]
     assert env[bootstrap.ENABLE_VARIABLE] == "1"
     assert os.path.isfile(os.path.join(bootstrap.SITE_DIR, "sitecustomize.py"))
+
+
+def test_sys_exit_in_another_thread_ends_that_thread_only(installed):
+    import threading
+
+    rep, path, _ = installed
+    worker = threading.Thread(target=exit_with, args=(4,))
+    worker.start()
+    worker.join()
+    rep.at_exit()
+    assert P.read_heartbeat(path).state is P.TaskState.FINISHED  # the process itself ends with status 0

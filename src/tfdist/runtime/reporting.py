@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Callable, TypeVar
 
 from tfdist import protocol as P
+from tfdist.runtime.phases import PhaseClock, process_phases
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,16 +60,18 @@ def install_error_hook() -> None:
 
 class Heartbeat:
     """Writes the heartbeat record at most every ``min_interval`` seconds; the launcher's hang watchdog reads the
-    file's modification time, the live view its step, loss and total."""
+    file's modification time and phase (``phases``: this process's, :mod:`tfdist.runtime.phases`), the live view its
+    step, loss and total."""
 
     def __init__(self, path: str | None = None, min_interval: float | None = None,
-                 total_steps: int | None = None) -> None:
+                 total_steps: int | None = None, phases: PhaseClock | None = None) -> None:
         self.path = path if path is not None else os.environ.get(P.HEARTBEAT_FILE)
         if min_interval is None:
             min_interval = float(os.environ.get(P.HEARTBEAT_INTERVAL, "0.5"))
         self.min_interval = min_interval
         self.total_steps = total_steps
         self.saves: bool | None = None  # True once a save handler for SIGTERM is installed in this task
+        self.phases = phases if phases is not None else process_phases()
         self._last = float("-inf")
         self._modules_written = False
 
@@ -91,9 +94,10 @@ class Heartbeat:
     def _write(self, step: int | None, state: P.TaskState, loss: float | None, examples: int | None) -> None:
         if loss is not None and loss != loss:  # NaN has no JSON spelling
             loss = None
+        phase, since, stats = self.phases.report()
         written = P.write_heartbeat(self.path, P.HeartbeatRecord(  # type: ignore[arg-type]
             step=step, time=time.time(), state=state, loss=loss, total_steps=self.total_steps, examples=examples,
-            saves=self.saves))
+            saves=self.saves, phase=phase, phase_since=since, phase_stats=stats))
         if written and not self._modules_written:
             # Training has started, so every library the script needs is imported: the launcher's warm spares
             # import the same ones ahead, and a restarted task skips those imports too.

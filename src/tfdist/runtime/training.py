@@ -118,6 +118,7 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     import tensorflow as tf
 
     from tfdist.runtime import metrics
+    from tfdist.runtime.phases import marks_restore
     from tfdist.runtime.progress import Progress, progress_callback, time_backups
     from tfdist.runtime.tensorboard import ScalarWriter, keras_tensorboard, summaries_available
 
@@ -125,10 +126,14 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     info = cluster_info()
     tensorboard = tensorboard and summaries_available(info.is_chief)  # else fit fails after its first epoch
     heartbeat = Heartbeat()
+
+    def restorer(callback: Any) -> Any:  # its restore is the task's restore phase (tfdist.runtime.phases)
+        return marks_restore(callback, heartbeat.phases, lambda: heartbeat.beat(None, force=True))
+
     if info.num_ps:
         # ParameterServerStrategy allows neither batch-level callbacks nor the preemption handler.
         if fault_tolerance:
-            result.append(tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq="epoch"))
+            result.append(restorer(tf.keras.callbacks.BackupAndRestore(backup_dir(model_dir), save_freq="epoch")))
         progress = Progress(heartbeat=heartbeat)
         result.append(progress_callback(progress, batch_hooks=False))
         if tensorboard:
@@ -141,14 +146,14 @@ def callbacks(model_dir: str | os.PathLike[str], *, save_every_steps: int | None
     if fault_tolerance:
         from tfdist.runtime.fault_tolerance import backup_callback
 
-        backup = backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS)
+        backup = restorer(backup_callback(backup_dir(model_dir), save_every_steps or DEFAULT_SAVE_EVERY_STEPS))
         heartbeat.saves = True  # SIGTERM saves at the current step (see fault_tolerance); the launcher says so
         result.append(time_backups(backup, task_metrics) if task_metrics else backup)
         from tfdist.runtime.snapshots import keras_callback, settings_from_env
 
         snapshot = keras_callback(settings_from_env(enabled=snapshots))
         if snapshot is not None:  # after the backup's restore, before anything that reads the resumed step
-            result.append(snapshot)
+            result.append(restorer(snapshot))
     resumed = len(result)  # the callbacks before this point set the step training resumes from
     scalars = None
     if tensorboard:

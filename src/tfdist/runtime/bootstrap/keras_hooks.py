@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from tfdist.compat.keras import KERAS, TF_KERAS
 from tfdist.runtime.bootstrap.reporter import Reporter, optimizer_step
+from tfdist.runtime.phases import marks_restore
 
 PACKAGES = (TF_KERAS, KERAS)  # whichever the script imports, tf.keras included
 _MARK = "_tfdist_bootstrap_patched"
@@ -92,7 +93,10 @@ def _fit_callbacks(model: Any, given: Any, progress_class: type, reporter: Repor
             _save_on_sigterm(backup, reporter)
     # In-memory snapshots (tfdist.runtime.snapshots) after the script's own BackupAndRestore, which restores first,
     # and before the progress callback, which then reads the step they resumed at.
-    return [*_snapshots(model, given), progress_class(batch_hooks=not parameter_server)]
+    snapshots = _snapshots(model, given)
+    for restorer in [*(cb for cb in listed if type(cb).__name__ == "BackupAndRestore"), *snapshots]:
+        marks_restore(restorer, reporter.heartbeat.phases, lambda: reporter.heartbeat.beat(reporter.step, force=True))
+    return [*snapshots, progress_class(batch_hooks=not parameter_server)]
 
 
 def _snapshots(model: Any, given: Any) -> list[Any]:
@@ -147,10 +151,14 @@ def _progress_class(base: type, reporter: Reporter) -> type:
         def on_train_begin(self, logs: Any = None) -> None:
             self._progress = reporter.fit_begin(optimizer_step(self.model.optimizer) or 0,
                                                 steps_per_call=steps_per_call(self.model),
-                                                total_steps=total_steps(self.params))
+                                                total_steps=total_steps(self.params),
+                                                steps_per_epoch=(self.params or {}).get("steps"))
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._progress.epoch_begin()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._progress.batch_end(logs.get("loss") if logs else None)
+            self._progress.batch_end(logs.get("loss") if logs else None, batch)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if not self._batch_hooks and logs:
@@ -185,6 +193,9 @@ def _keep_alive_class(base: type, reporter: Reporter) -> type:
         def __init__(self) -> None:
             super().__init__()
             self._supports_tf_logs = True
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            reporter.evaluating()
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
             reporter.keep_alive()
