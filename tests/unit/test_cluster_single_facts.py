@@ -7,7 +7,10 @@ import ast
 import functools
 from pathlib import Path
 
+import pytest
+
 import tfdist
+from tests.unit.import_circles import module_circles, room_circles
 
 SRC = Path(tfdist.__file__).resolve().parent
 CLUSTER = SRC / "cluster"
@@ -207,34 +210,22 @@ def test_the_transitive_check_sees_lazy_imports(tmp_path):
     assert "tfdist.launch" in _reaches("tfdist.cli.launch")
 
 
-def test_tfdist_has_no_import_cycles_at_module_level():
-    # Cycles through top-level imports make import order matter; function-level imports are the usual way out.
-    known = {_module_name(path) for path, _ in _modules()}
-    graph: dict[str, set[str]] = {}
-    for path, tree in _modules():
-        edges = set()
-        for node in tree.body if isinstance(tree, ast.Module) else ():
-            names = ()
-            if isinstance(node, ast.Import):
-                names = tuple(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = (node.module, *(f"{node.module}.{alias.name}" for alias in node.names))
-            for name in names:
-                if name in known:
-                    edges.add(name)
-        graph[_module_name(path)] = edges
-    cycles = []
-    for start in sorted(graph):
-        todo, seen = [(start, (start,))], set()
-        while todo:
-            here, chain = todo.pop()
-            for there in sorted(graph.get(here, ())):
-                if there == start:
-                    cycles.append(" -> ".join((*chain, there)))
-                elif there not in seen:
-                    seen.add(there)
-                    todo.append((there, (*chain, there)))
-    assert cycles == []
+def _trees() -> dict[Path, ast.AST]:
+    return dict(_modules())
+
+
+@pytest.mark.xfail(strict=True, reason="the circles of issue 32 are cut in the next commit")
+def test_no_import_circle_between_modules_counting_every_import():
+    # Every import counts, function-level and TYPE_CHECKING ones too: a circle closed lazily still makes its modules
+    # one unit that cannot be read, tested or moved apart (tests/unit/import_circles.py says how it is found).
+    assert module_circles(SRC, "tfdist", _trees()) == []
+
+
+@pytest.mark.xfail(strict=True, reason="the circles of issue 32 are cut in the next commit")
+def test_no_import_circle_between_rooms():
+    # The sub-packages and modules side by side in one package (launch/local, launch/flight, ...), each with
+    # everything inside it: a circle between rooms is one even when no two modules close it.
+    assert room_circles(SRC, "tfdist", _trees()) == []
 
 
 MAX_MODULE_LINES = 400
