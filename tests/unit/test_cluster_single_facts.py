@@ -7,8 +7,6 @@ import ast
 import functools
 from pathlib import Path
 
-import pytest
-
 import tfdist
 from tests.unit.import_circles import module_circles, room_circles
 
@@ -214,18 +212,30 @@ def _trees() -> dict[Path, ast.AST]:
     return dict(_modules())
 
 
-@pytest.mark.xfail(strict=True, reason="the circles of issue 32 are cut in the next commit")
+# Circles inside launch/elastic that the regrouping of issue 32 closes (AgentSpec moves to a leaf module of the agent's
+# room, so flight_agent's TYPE_CHECKING import no longer reaches agent.py). Listed by name: a new circle fails, and so
+# does this entry once the circle is gone (delete it then).
+ELASTIC_REGROUP_CLOSES = (
+    "tfdist.launch.elastic.agent -> tfdist.launch.elastic.flight_agent (tfdist/launch/elastic/agent.py:21) -> "
+    "tfdist.launch.elastic.agent (tfdist/launch/elastic/flight_agent.py:15)",
+)
+ELASTIC_ROOMS_REGROUP_CLOSES = (
+    "in tfdist.launch.elastic: tfdist.launch.elastic.agent -> tfdist.launch.elastic.flight_agent (first: "
+    "tfdist/launch/elastic/agent.py:21 imports tfdist.launch.elastic.flight_agent) -> tfdist.launch.elastic.agent "
+    "(first: tfdist/launch/elastic/flight_agent.py:15 imports tfdist.launch.elastic.agent)",
+)
+
+
 def test_no_import_circle_between_modules_counting_every_import():
     # Every import counts, function-level and TYPE_CHECKING ones too: a circle closed lazily still makes its modules
     # one unit that cannot be read, tested or moved apart (tests/unit/import_circles.py says how it is found).
-    assert module_circles(SRC, "tfdist", _trees()) == []
+    assert module_circles(SRC, "tfdist", _trees()) == list(ELASTIC_REGROUP_CLOSES)
 
 
-@pytest.mark.xfail(strict=True, reason="the circles of issue 32 are cut in the next commit")
 def test_no_import_circle_between_rooms():
     # The sub-packages and modules side by side in one package (launch/local, launch/flight, ...), each with
     # everything inside it: a circle between rooms is one even when no two modules close it.
-    assert room_circles(SRC, "tfdist", _trees()) == []
+    assert room_circles(SRC, "tfdist", _trees()) == list(ELASTIC_ROOMS_REGROUP_CLOSES)
 
 
 MAX_MODULE_LINES = 400

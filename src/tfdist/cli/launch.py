@@ -98,6 +98,8 @@ def command(**params: object) -> int:
 def run_single(options: LaunchOptions) -> int:
     """One machine: check everything, then run the supervisor (or print the plan with --dry-run)."""
     from tfdist.cluster import is_loopback
+    from tfdist.launch.entry.checks import check_gpus_exist, check_ps_has_chief
+    from tfdist.launch.entry.compose import launch_spec
     from tfdist.launch.local.command_check import check_log_dir, keras_plan, resolve_command
     from tfdist.launch.local.ports import check_ports
     from tfdist.launch.local.taskenv import count_tasks
@@ -107,15 +109,15 @@ def run_single(options: LaunchOptions) -> int:
         raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
     check_ps_has_chief(options)
     environ = _with_tf_log_level(options.tf_log_level)
-    _check_gpus_exist(options.gpus_per_task)
+    check_gpus_exist(options.gpus_per_task)
     from tfdist.launch.elastic.netaddr import advertised_address
 
     # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
     # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
     host = advertised_address(options.host)
     refuse_protected(name for name, _ in options.env_pairs())
-    spec = options.to_launch_spec(resolve_command(options.target, module=options.module,
-                                                  no_python=options.no_python), host=host)
+    spec = launch_spec(options, resolve_command(options.target, module=options.module, no_python=options.no_python),
+                       host=host)
     legacy_keras = keras_plan(spec, os.environ)
     if options.no_python:
         _warn_other_python(spec.command.program)
@@ -175,26 +177,6 @@ def _warn_other_python(program: str) -> None:
     if found is not None:
         print(f"tfdist: warning: --no-python runs {program} from PATH ({found}), not the Python tfdist runs under "
               f"({sys.executable}); drop --no-python (and {program}) to use tfdist's", file=sys.stderr)
-
-
-def _check_gpus_exist(per_task: int | None) -> None:
-    """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
-    from tfdist.launch.local.taskenv import visible_gpus
-
-    if per_task and not visible_gpus(os.environ):
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides them all" if hidden is not None else "nvidia-smi lists none"
-        raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
-                         hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
-                         reference="launch-no-gpus")
-
-
-def check_ps_has_chief(options: LaunchOptions) -> None:
-    """On one machine and across machines alike. Raises UsageError naming --ps."""
-    if options.ps and not options.chief:
-        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
-                         "coordinator that runs the training; without one every task waits forever",
-                         hint="add --chief (the workers and parameter servers only serve)")
 
 
 def _with_tf_log_level(flag: str) -> dict[str, str]:

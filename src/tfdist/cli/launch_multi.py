@@ -114,7 +114,7 @@ def run_multi(options: LaunchOptions) -> int:
                          hint="a host file starts every machine over ssh; --rdzv-endpoint is run on each machine")
     given = _given_flags()
     refuse_unsupported(mode, given)
-    from tfdist.cli.launch_roles import check_roles
+    from tfdist.launch.entry.checks import check_gpus_exist, check_roles
 
     check_roles(options, hostfile=mode == HOSTFILE)
     if options.workers < 1:
@@ -123,9 +123,7 @@ def run_multi(options: LaunchOptions) -> int:
     if sum(bool(getattr(options, k)) for k in ("hostfile", "hosts", "host_discovery_script")) > 1:
         raise UsageError("give one of --hostfile, --hosts and --host-discovery-script")
     if mode == RENDEZVOUS:
-        from tfdist.cli.launch import _check_gpus_exist
-
-        _check_gpus_exist(options.gpus_per_task)  # as on one machine: never train on the CPU unawares
+        check_gpus_exist(options.gpus_per_task)  # as on one machine: never train on the CPU unawares
     tasks = _task_options(options, "job_name" in given, options.tf_log_level if mode == RENDEZVOUS else None)
     if mode == HOSTFILE:
         return _run_hostfile(options, options.agent_args())
@@ -143,6 +141,7 @@ def run_multi(options: LaunchOptions) -> int:
             raise UsageError("--rdzv-conf is for --rdzv-backend etcd", hint="add --rdzv-backend etcd, or drop it")
         parse_endpoint(options.rdzv_endpoint)  # its error before the secret's
     from tfdist.launch.elastic.agent import Agent
+    from tfdist.launch.entry.compose import agent_spec
     from tfdist.launch.ssh.host_probe import versions
 
     secret, job = job_secret(options)
@@ -154,8 +153,8 @@ def run_multi(options: LaunchOptions) -> int:
         if is_unroutable(options.node_address):
             raise UsageError(f"--node-address {options.node_address} cannot be reached from other machines",
                              hint="give this machine's address on the network the machines share")
-    spec = options.to_agent_spec(command, job=job, secret=secret, legacy_keras=legacy_keras, versions=versions(),
-                                 etcd=etcd, tasks=tasks)
+    spec = agent_spec(options, command, job=job, secret=secret, legacy_keras=legacy_keras, versions=versions(),
+                      etcd=etcd, tasks=tasks)
     if options.dry_run:
         from tfdist.cli.launch_plan import print_machine_plan
 
@@ -238,7 +237,8 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
     else:
         entries = parse_hosts_flag(options.hosts)
     entries = select_hosts(entries, options.include, options.exclude)
-    from tfdist.cli.launch_roles import hostfile_placement
+    from tfdist.launch.entry.checks import hostfile_placement
+    from tfdist.launch.entry.compose import rendezvous_settings
 
     placement = hostfile_placement(options, entries, options.hostfile or "--hosts")
     high = DISCOVERY_MAX_NODES if discovery else len(entries)
@@ -248,7 +248,7 @@ def _run_hostfile(options: LaunchOptions, agent_args: tuple[str, ...]) -> int:
     job = job_id(options.rdzv_id) if options.rdzv_id else f"tfdist-{secrets.token_hex(4)}"
     from tfdist.launch.elastic.secret import new_secret
 
-    settings = options.rendezvous_settings(job, low, high)
+    settings = rendezvous_settings(options, job, low, high)
     shape = ("-m",) if options.module else ("--no-python",) if options.no_python else ()
     spec = DriverSpec(hosts=tuple(entries), slots=options.workers, target=shape + options.target,
                       agent_args=agent_args, job=job,

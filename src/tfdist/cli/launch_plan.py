@@ -23,8 +23,6 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
     from tfdist.launch.elastic.node_group import NodeGroup
     from tfdist.launch.spec import Timeouts
 
-    from tfdist.cli.launch_roles import machine_roles
-
     rank = spec.node_rank
     first = (rank or 0) * spec.slots
     # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
@@ -110,3 +108,20 @@ def print_task_plan(plan: Any, tf_config: str) -> None:
         if key != "TF_CONFIG":
             print(f"  {key}={value}")
     print(f"  command: {shlex.join(plan.command.argv())}")
+
+
+def machine_roles(spec: Any) -> tuple[Any, str] | None:
+    """For a rendezvous dry run: (cluster layout and this machine's tasks, the placement) of a round in which this
+    machine has its node rank (else 0) and the other machines as many slots as this one and no pins."""
+    from tfdist.launch.elastic.round_roles import describe, local_tasks, round_layout
+
+    if spec.roles is None:
+        return None
+    rank = spec.node_rank or 0
+    machines = max(spec.max_nodes, rank + 1)
+    nodes = [(r, f"node{r}", "192.0.2.1", spec.slots, list(spec.node_roles) if r == rank else [])
+             for r in range(machines)]
+    # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
+    workers = [f"192.0.2.{i % 250 + 1}:{1024 + i}" for i in range(machines * spec.slots)]
+    layout, placements = round_layout(nodes, workers, spec.roles)
+    return (layout, local_tasks(placements, rank)), describe(placements)

@@ -29,6 +29,7 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
         tfdist status 3f2a --json
     """
     from tfdist.launch.console import progress, runs
+    from tfdist.launch.flight.report import latest
 
     environ = os.environ
     if list_runs:
@@ -39,7 +40,8 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
             for record in records:
                 click.echo(_list_line(record, progress.run_state(record, runs.launcher_alive(record))))
         return 0
-    status = progress.run_status(runs.find_run(run, environ, os.getcwd()))
+    record = runs.find_run(run, environ, os.getcwd())
+    status = progress.run_status(record, hang_report=latest(record.log_dir))
     if as_json:
         emit_json("status", _status_json(status), version=STATUS_SCHEMA_VERSION)
     else:
