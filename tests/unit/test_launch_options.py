@@ -16,7 +16,7 @@ from tfdist.errors import UsageError
 from tfdist.launch.elastic.agent import AgentSpec
 from tfdist.launch.elastic.membership_types import RendezvousSettings
 from tfdist.launch.entry.compose import agent_spec, launch_spec, rendezvous_settings
-from tfdist.cli.launch_parity import ACROSS_MACHINES
+from tfdist.launch.entry.parity import ACROSS_MACHINES
 from tfdist.launch.options import ALWAYS, BY_NAME, CHANGED, DEFAULTS, OPTIONS, LaunchOptions, Mode, from_argv
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.protocol import Command

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from tfdist.cluster.placement import RoleCounts
 
 DEFAULT_RDZV_PORT = 29400
+#: The CLI's parameter behind a field, where the names differ (Click's name for ``--env`` is ``env_pairs``).
+CLI_PARAMETER: Mapping[str, str] = {"env": "env_pairs"}
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -95,7 +97,8 @@ class LaunchOptions:
     def from_params(cls, params: Mapping[str, Any]) -> LaunchOptions:
         """From the CLI's parsed parameters (one per field, same names but ``env_pairs`` for ``env``; sequences
         become tuples)."""
-        renamed = {("env" if k == "env_pairs" else k): v for k, v in params.items()}
+        field = {parameter: name for name, parameter in CLI_PARAMETER.items()}
+        renamed = {field.get(k, k): v for k, v in params.items()}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in renamed.items()})
 
     @property

@@ -38,7 +38,7 @@ from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays,
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.task_restarts import InPlaceRestarts
 from tfdist.launch.local.stops import StopRequests, saving_words
-from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.spec import LaunchSpec, warm_spares_wanted
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
@@ -287,7 +287,8 @@ class Supervisor:
         return plans
 
     def _spares_wanted(self) -> bool:
-        return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
+        return warm_spares_wanted(self.spec.warm_spares, max_restarts=self.spec.max_restarts, elastic=False,
+                                  is_python=self.spec.command.is_python)
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
         """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
