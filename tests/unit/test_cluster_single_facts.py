@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 
 import tfdist
-from tests.unit.import_circles import module_circles, room_circles
+from tests.unit.import_circles import import_graph, module_circles, room_circles
 
 SRC = Path(tfdist.__file__).resolve().parent
 CLUSTER = SRC / "cluster"
@@ -236,6 +236,31 @@ def test_no_import_circle_between_rooms():
     # The sub-packages and modules side by side in one package (launch/local, launch/flight, ...), each with
     # everything inside it: a circle between rooms is one even when no two modules close it.
     assert room_circles(SRC, "tfdist", _trees()) == list(ELASTIC_ROOMS_REGROUP_CLOSES)
+
+
+# -- inside the launcher: the entry (launch/entry) on top, the leaves below -------------------------------------------
+LEAVES = {"tfdist.launch.options", "tfdist.launch.spec", "tfdist.launch.outcome", "tfdist.launch.seams",
+          "tfdist.launch.clues"}
+
+
+@functools.lru_cache(maxsize=1)
+def _launch_graph() -> dict[str, dict[str, int]]:
+    return import_graph(SRC, "tfdist", _trees())
+
+
+def test_only_the_cli_imports_the_entry():
+    # The entry knows every room; a room that imported it would close a circle through it.
+    importers = sorted(module for module, edges in _launch_graph().items()
+                       if any(t == "tfdist.launch.entry" or t.startswith("tfdist.launch.entry.") for t in edges)
+                       and not module.startswith(("tfdist.launch.entry", "tfdist.cli.")))
+    assert importers == []
+
+
+def test_the_leaves_import_no_other_room_of_the_launcher():
+    graph = _launch_graph()
+    reaching = {leaf: sorted(t for t in graph[leaf] if t.startswith("tfdist.launch.") and t not in LEAVES)
+                for leaf in sorted(LEAVES)}
+    assert reaching == {leaf: [] for leaf in sorted(LEAVES)}
 
 
 MAX_MODULE_LINES = 400

@@ -92,3 +92,4 @@ def test_the_one_tf_log_level_rule(flag, environ, level):
     assert tf_log_level(flag, environ) == level
     options = dataclasses.replace(DEFAULTS, tf_log_level=flag)
     assert task_options(options, named=False, environ=environ).tf_log_level == level  # across machines, the same
+

@@ -97,8 +97,8 @@ class LaunchOptions:
     def from_params(cls, params: Mapping[str, Any]) -> LaunchOptions:
         """From the CLI's parsed parameters (one per field, same names but ``env_pairs`` for ``env``; sequences
         become tuples)."""
-        field = {parameter: name for name, parameter in CLI_PARAMETER.items()}
-        renamed = {field.get(k, k): v for k, v in params.items()}
+        by_parameter = {parameter: name for name, parameter in CLI_PARAMETER.items()}
+        renamed = {by_parameter.get(k, k): v for k, v in params.items()}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in renamed.items()})
 
     @property

@@ -11,11 +11,18 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Sequence
 
 from tfdist.launch.entry.compose import Serving
 from tfdist.launch.spec import LaunchSpec
 from tfdist.status import ExitStatus
+
+if TYPE_CHECKING:
+    from tfdist.cluster.placement import Placement
+    from tfdist.launch.elastic.agent import AgentSpec
+    from tfdist.launch.local.layout import ClusterLayout
+    from tfdist.launch.ssh.driver import DriverSpec
+    from tfdist.protocol import TaskPlan
 
 _SERVED = {Serving.ENDPOINT_OWNER: "served by the machine that owns that address",
            Serving.ETCD: "kept by the etcd cluster there; no machine of the job serves it",
@@ -47,9 +54,8 @@ def print_single_plan(spec: LaunchSpec, legacy_keras: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-def print_machine_plan(spec: Any, legacy_keras: bool, serving: Serving) -> int:
-    """This machine's tasks of a rendezvous-mode job (``spec``: an AgentSpec; ``serving``: who serves its
-    rendezvous)."""
+def print_machine_plan(spec: AgentSpec, legacy_keras: bool, serving: Serving) -> int:
+    """This machine's tasks of a rendezvous-mode job (``serving``: who serves its rendezvous)."""
     from tfdist.cluster.address import format_address
     from tfdist.launch.console.tflog import LEVEL_VARIABLE
     from tfdist.launch.elastic.node_group import NodeGroup
@@ -98,9 +104,9 @@ def print_machine_plan(spec: Any, legacy_keras: bool, serving: Serving) -> int:
     return ExitStatus.SUCCESS
 
 
-def print_hostfile_plan(spec: Any, placement: Any = ()) -> int:
-    """Every host's agent of a host-file job (``spec``: a DriverSpec; ``placement``: where each task of a job with
-    roles runs, from :func:`tfdist.cluster.placement.place`)."""
+def print_hostfile_plan(spec: DriverSpec, placement: Sequence[Placement] = ()) -> int:
+    """Every host's agent of a host-file job (``placement``: where each task of a job with roles runs, from
+    :func:`tfdist.cluster.placement.place`)."""
     from tfdist.launch.ssh.driver import agent_ssh_command
 
     print(f"dry run: job {spec.job} on {len(spec.hosts)} host(s) ({spec.min_nodes} needed to train); the rendezvous "
@@ -132,7 +138,7 @@ def _restarts(budget: int, window: float, backoff: float) -> str:
     return f"restarts after a failure: up to {budget}{within}{wait}"
 
 
-def print_task_plan(plan: Any, tf_config: str) -> None:
+def print_task_plan(plan: TaskPlan, tf_config: str) -> None:
     """One task's dry-run lines below its heading: TF_CONFIG as given, the rest of its environment, its command.
     Shared by the single-machine and the multi-machine dry runs, so both show a task the same way."""
     print(f"  TF_CONFIG={tf_config}")
@@ -142,7 +148,7 @@ def print_task_plan(plan: Any, tf_config: str) -> None:
     print(f"  command: {shlex.join(plan.command.argv())}")
 
 
-def machine_roles(spec: Any) -> tuple[Any, str] | None:
+def machine_roles(spec: AgentSpec) -> tuple[tuple[ClusterLayout, tuple[str, ...]], str] | None:
     """For a rendezvous dry run: (cluster layout and this machine's tasks, the placement) of a round in which this
     machine has its node rank (else 0) and the other machines as many slots as this one and no pins."""
     from tfdist.launch.elastic.round_roles import describe, local_tasks, round_layout
