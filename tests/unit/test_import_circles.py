@@ -22,8 +22,8 @@ def test_a_function_level_import_closes_a_circle(tmp_path):
 
 
 def test_a_type_checking_import_closes_a_circle(tmp_path):
-    root = _package(tmp_path, {"a.py": "from pkg import b\n",
-                               "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import X\n"})
+    lazy = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import X\n"
+    root = _package(tmp_path, {"a.py": "from pkg import b\n", "b.py": lazy})
     assert module_circles(root, "pkg") == ["pkg.a -> pkg.b (pkg/a.py:1) -> pkg.a (pkg/b.py:3)"]
 
 
