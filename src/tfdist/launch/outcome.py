@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfdist.launch.local.clues import FailureSite, failure_site
+from tfdist.launch.clues import FailureSite, failure_site
 from tfdist.protocol import ErrorRecord
 from tfdist.status import ExitStatus
 

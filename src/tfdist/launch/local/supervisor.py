@@ -6,9 +6,8 @@ polls into an immutable snapshot, stops), the group rules (:func:`~tfdist.launch
 restart rules (:class:`~tfdist.launch.local.restart.RestartPolicy`, pure). Stop requests (signals, or another thread of a
 per-machine agent) are flags checked wherever the supervisor waits (:mod:`tfdist.launch.local.stops`).
 
-A per-machine agent of a multi-machine job gives the whole cluster in ``spec.cluster`` and its own tasks in
-``spec.local_tasks``, and can call :meth:`Supervisor.request_new_round` from another thread to have the group save,
-stop and restart with a new cluster (an elastic round), or :meth:`Supervisor.request_stop`.
+A caller that runs only some tasks of a larger job gives the whole cluster in ``spec.cluster`` and its own tasks in
+``spec.local_tasks``.
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from typing import Callable, Mapping
@@ -38,7 +36,7 @@ from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays,
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.task_restarts import InPlaceRestarts
 from tfdist.launch.local.stops import StopRequests, saving_words
-from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.spec import LaunchSpec, warm_spares_wanted
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
@@ -91,22 +89,11 @@ class Supervisor:
             started=lambda pid: self._watcher.watch([pid]) if self._watcher is not None else None)
         self._cluster: ClusterLayout | None = spec.cluster  # type: ignore[assignment]
         self._local: tuple[str, ...] | None = spec.local_tasks
-        self._next_round: tuple[ClusterLayout, tuple[str, ...] | None] | None = None
-        self._round_lock = threading.Lock()
         self._spares: SparePool | None = None
         self._watcher: Watcher | None = None
         self._keep: set[int] = set()
         self.group: TaskGroup | None = None
         self.snapshot_dir: str | None = None  # this run's shared-memory folder (runtime.snapshots), see _contain
-
-    # -- for a per-machine agent (thread-safe) -------------------------------------------------------------------
-    def request_stop(self, cause: Cause = Cause.PREEMPTED, message: str = "asked to stop: stopping all tasks") -> None:
-        self.stops.request(cause, message)
-
-    def request_new_round(self, cluster: ClusterLayout, local_tasks: tuple[str, ...] | None = None) -> None:
-        """Have the running group save and stop, then start again with ``cluster`` (not counted as a failure)."""
-        with self._round_lock:
-            self._next_round = (cluster, local_tasks)
 
     # -- the restart loop ----------------------------------------------------------------------------------------
     def run(self) -> LaunchResult:
@@ -151,10 +138,6 @@ class Supervisor:
 
     def run_round(self, attempt: int) -> Attempt:
         """One attempt: start the local tasks, watch them until the rules end the attempt, stop them."""
-        with self._round_lock:
-            if self._next_round is not None:
-                self._cluster, self._local = self._next_round
-                self._next_round = None
         plans = self._plans(attempt)
         attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
         group = self.group = TaskGroup(plans, attempt=attempt, attempt_dir=attempt_dir, base_env=self.environ,
@@ -200,10 +183,6 @@ class Supervisor:
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
-            if self._next_round is not None:
-                self._say("a new round: the group saves, stops and restarts with the new cluster")
-                self._stop(group, snapshot)
-                return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
             verdict = rules.decide(snapshot, self.spec)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
@@ -287,7 +266,8 @@ class Supervisor:
         return plans
 
     def _spares_wanted(self) -> bool:
-        return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
+        return warm_spares_wanted(self.spec.warm_spares, max_restarts=self.spec.max_restarts, elastic=False,
+                                  is_python=self.spec.command.is_python)
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
         """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
