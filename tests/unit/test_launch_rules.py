@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 
 from tfdist.launch.outcome import Cause
-from tfdist.launch.local.rules import GroupAction, decide, leader, nothing_to_save
+from tfdist.launch.flight.thresholds import HangLimits
+from tfdist.launch.local.rules import GroupAction, decide, hang_words, leader, nothing_to_save
 from tfdist.protocol import HeartbeatRecord, TaskState
+from tfdist.protocol.records import Phase, PhaseStats
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
 from tfdist.launch.spec import LaunchSpec, Timeouts
@@ -239,6 +241,35 @@ def test_a_script_without_heartbeats_is_hung_when_quiet_for_the_timeout(stopped)
     verdict = decide(snap(spec, {"worker:0": busy, "worker:1": quiet}), spec)
     assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.HUNG, "worker:1")
     assert verdict.detail == ("stopped (SIGSTOP)" if stopped else "quiet") + " (no heartbeat nor CPU time nor output)"
+
+
+LEARNED_STEPS = HangLimits(learned={Phase.STEP: PhaseStats(n=118, p99=0.062, max=0.071)}, interval=0.5)
+
+
+def _in_phase(phase: Phase, age: float, **kw) -> dict:
+    return dict(heartbeat=HeartbeatRecord(step=3, time=0.0, phase=phase, phase_since=0.0), heartbeat_age=age, **kw)
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_learned_step_threshold_calls_a_stalled_step_hung_long_before_the_timeout(stopped):
+    spec = LaunchSpec(command=("x",), workers=2, timeouts=Timeouts(hang=300))
+    stalled = {"worker:0": _in_phase(Phase.STEP, 3.0), "worker:1": _in_phase(Phase.STEP, 4.0, stopped=stopped)}
+    verdict = decide(snap(spec, stalled), spec, LEARNED_STEPS)
+    assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.HUNG, "worker:1")
+    assert verdict.hang_learned and verdict.hang_after == pytest.approx(3.5)
+    assert verdict.detail == (("stopped (SIGSTOP)" if stopped else "silent") + ": no step for 4.0 s; steps took up to "
+                              "71 ms (p99 62 ms, 118 seen); threshold 3.5 s")
+    assert hang_words(verdict) == verdict.detail
+    assert decide(snap(spec, stalled), spec).action is GroupAction.CONTINUE, "nothing learned: --hang-timeout"
+
+
+@pytest.mark.parametrize("phase", [Phase.BETWEEN, Phase.STARTUP, Phase.RESTORE])
+def test_a_phase_not_seen_yet_waits_the_hang_timeout(phase):
+    spec = LaunchSpec(command=("x",), workers=2, timeouts=Timeouts(hang=300))
+    verdict = decide(snap(spec, {"worker:1": _in_phase(phase, 60.0)}), spec, LEARNED_STEPS)
+    assert verdict.action is GroupAction.CONTINUE
+    verdict = decide(snap(spec, {"worker:1": _in_phase(phase, 301.0)}), spec, LEARNED_STEPS)
+    assert (verdict.cause, verdict.hang_learned, hang_words(verdict)) == (Cause.HUNG, False, "silent")
 
 
 def test_agent_without_the_leader_succeeds_when_its_trainers_are_done():

@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
+from tfdist.launch.flight.learner import PhaseLearner, heartbeat_interval
 from tfdist.launch.local import rules
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
@@ -80,6 +81,10 @@ class Supervisor:
         self.stops = StopRequests()
         self.stops.saving = self._who_saves
         self._seen: GroupSnapshot | None = None  # the group's last snapshot
+        # What each phase of this job took so far (kept in the run folder across restarts): the hang thresholds.
+        self.phases = PhaseLearner(self.log_dir, command=(spec.command.target, *spec.command.args),
+                                   job_name=spec.job_name,
+                                   interval=heartbeat_interval({**self.environ, **dict(spec.env)}))
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -178,6 +183,7 @@ class Supervisor:
         try:
             return self._watch(group, attempt)
         finally:
+            self.phases.flush()
             self._sweep()
 
     def _sweep(self) -> None:
@@ -204,7 +210,8 @@ class Supervisor:
                 self._say("a new round: the group saves, stops and restarts with the new cluster")
                 self._stop(group, snapshot)
                 return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
-            verdict = rules.decide(snapshot, self.spec)
+            self.phases.observe(t.heartbeat for t in snapshot.tasks)
+            verdict = rules.decide(snapshot, self.spec, self.phases.limits)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
@@ -241,8 +248,8 @@ class Supervisor:
         elif verdict.action is rules.GroupAction.PREEMPTED:
             self._say(f"{verdict.culprit} was preempted and saved its state: waiting for the group to save")
         elif verdict.cause is Cause.HUNG:
-            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {t.hang:g}s "
-                      f"({verdict.detail.split(',')[0]}): stopping the group")
+            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {verdict.hang_after:g}s "
+                      f"({rules.hang_words(verdict)}): stopping the group")
         else:
             headline = failure.headline if failure else verdict.culprit
             if verdict.detail and verdict.cause is not Cause.START_FAILED:
