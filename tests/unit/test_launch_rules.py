@@ -338,6 +338,31 @@ def test_transient_failures_say_so():
     assert decision.restart and "looked transient" in decision.message
 
 
+def test_the_same_hang_twice_stops_the_job_and_a_hang_once_restarts():
+    policy = RestartPolicy(max_restarts=5)
+    again = "worker:1 at step 42, in train.py:88 `on_train_batch_end`"
+    stop = policy.after(Cause.HUNG, 0.0, repeated_hang=again)
+    assert not stop.restart and f"the same hang ({again}) in two attempts in a row" in stop.message
+    assert policy.after(Cause.HUNG, 0.0).restart
+    assert policy.after(Cause.TASK_FAILED, 0.0, repeated_hang=again).restart, "a crash is judged by its exception"
+
+
+@pytest.mark.parametrize("progress, restarts, message", [
+    # Three restarts in a row without progress stop the job, with budget to spare.
+    ([False, False, False], [True, True, False], "3 restarts in a row made no progress"),
+    # Progress in between starts the count again.
+    ([False, False, True, False, False], [True, True, True, True, True], "2 in a row without progress"),
+    # Unknown progress (no heartbeats, or the first attempt) is not counted.
+    ([None, None, None, None], [True, True, True, True], "(4/10)"),
+])
+def test_restarts_without_progress_are_counted_apart(progress, restarts, message):
+    policy = RestartPolicy(max_restarts=10)
+    decisions = [policy.after(cause, float(t), progressed=p) for t, (p, cause) in
+                 enumerate(zip(progress, [Cause.TASK_FAILED, Cause.HUNG] * 3))]
+    assert [d.restart for d in decisions] == restarts
+    assert message in decisions[-1].message
+
+
 # -- TaskRestartPolicy (a task restarted alone) ----------------------------------------------------------------------
 def test_each_task_has_its_own_budget_and_back_off():
     policy = TaskRestartPolicy(max_restarts=2, backoff=1.0, backoff_max=1.5)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from tfdist.launch.flight import thresholds
 from tfdist.protocol.records import HeartbeatRecord, Phase, PhaseStats
 from tfdist.protocol.variables import HEARTBEAT_INTERVAL
+
+if TYPE_CHECKING:
+    from tfdist.launch.spec import LaunchSpec
 
 SAVE_EVERY = 2.0  # seconds: a p99 that keeps growing at the start of a job is written at most this often
 
@@ -43,6 +46,23 @@ class PhaseLearner:
         self._unsaved = False
         self._saved_at = float("-inf")
         self.limits = thresholds.HangLimits(learned=dict(self.learned), interval=interval)
+
+    @classmethod
+    def for_launch(cls, spec: LaunchSpec, folder: str | None, environ: Mapping[str, str]) -> PhaseLearner:
+        """The learner of ``spec``'s job in its run folder (the tasks' interval: ``environ`` under ``spec.env``)."""
+        return cls(folder, command=(spec.command.target, *spec.command.args), job_name=spec.job_name,
+                   interval=heartbeat_interval({**environ, **dict(spec.env)}))
+
+    @staticmethod
+    def stale_after(hang_timeout: float) -> float:
+        """How long a task must be silent before the kernel is asked whether it is stopped (SIGSTOP): the shortest
+        threshold any phase may have, so that a stopped task is named so when it is called hung."""
+        return min(hang_timeout, thresholds.FLOOR)
+
+    @property
+    def step_lag(self) -> int:
+        """How many steps a heartbeat's step may lag (see :func:`~tfdist.launch.flight.thresholds.step_lag`)."""
+        return thresholds.step_lag(self.learned, self.interval)
 
     def observe(self, beats: Iterable[HeartbeatRecord | None], now: float | None = None) -> None:
         """Merge the ``phase_stats`` of ``beats``; write the file when something grew (at most every SAVE_EVERY)."""

@@ -25,7 +25,9 @@ from typing import Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
-from tfdist.launch.flight.learner import PhaseLearner, heartbeat_interval
+from tfdist.launch.flight.learner import PhaseLearner
+from tfdist.launch.local.attempt_memory import AttemptMemory
+from tfdist.launch.flight.report import HangReport
 from tfdist.launch.local import rules
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
@@ -82,9 +84,8 @@ class Supervisor:
         self.stops.saving = self._who_saves
         self._seen: GroupSnapshot | None = None  # the group's last snapshot
         # What each phase of this job took so far (kept in the run folder across restarts): the hang thresholds.
-        self.phases = PhaseLearner(self.log_dir, command=(spec.command.target, *spec.command.args),
-                                   job_name=spec.job_name,
-                                   interval=heartbeat_interval({**self.environ, **dict(spec.env)}))
+        self.phases = PhaseLearner.for_launch(spec, self.log_dir, self.environ)
+        self.memory = AttemptMemory()  # hang signatures and progress, compared between attempts
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -135,7 +136,8 @@ class Supervisor:
                     break
                 decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient,
                                                after_training=self._after_training(outcome),
-                                               repeated=repeated_failure(self.result.attempts))
+                                               repeated=repeated_failure(self.result.attempts),
+                                               **self.memory.restart_facts(attempt, self.phases.step_lag))
                 if not decision.restart:
                     if decision.message:
                         self._say(decision.message)
@@ -184,6 +186,7 @@ class Supervisor:
             return self._watch(group, attempt)
         finally:
             self.phases.flush()
+            self.memory.ended(attempt, group.poll())
             self._sweep()
 
     def _sweep(self) -> None:
@@ -195,7 +198,7 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = self._seen = group.poll(stale_after=t.hang)
+            snapshot = self._seen = group.poll(stale_after=self.phases.stale_after(t.hang))
             if self.stops.requested:
                 # A signal that came during the poll is announced before the stop's wait, not after it: whoever
                 # stops the job reads here that a second signal kills at once (the grace may be minutes).
@@ -240,9 +243,9 @@ class Supervisor:
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         failure = group.failure(verdict.culprit)
-        report, verdict_lines = "", ()
-        if self.spec.flight_recorder:  # --no-flight-recorder: stop at once
-            report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
+        # Before anything is stopped (--no-flight-recorder: stop at once).
+        recorded = self._record_flight(group, verdict) if self.spec.flight_recorder else None
+        self.memory.hung(attempt, verdict, recorded[0] if recorded else None, self._seen)
         if verdict.action is rules.GroupAction.SUCCEED:
             failure = None
         elif verdict.action is rules.GroupAction.PREEMPTED:
@@ -262,21 +265,23 @@ class Supervisor:
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient,
-                       hang_report=report, hang_verdict=verdict_lines,
+                       hang_report=recorded[1] if recorded else "",
+                       hang_verdict=tuple(recorded[0].verdict.lines) if recorded else (),
                        after_training=verdict.after_training)
 
-    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
-        """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
+    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[HangReport, str] | None:
+        """The flight recorder: every task's stacks, step, state and output, and which task stopped first (the
+        report and the path of its text file, "" when unwritten); None when there was nothing to record."""
         recorded = record_flight(group, verdict, run_id=self.run_id, folder=self.log_dir)
         if recorded is None:
-            return "", ()
+            return None
         result, path = recorded
         for line in result.verdict.lines:
             self._say(f"flight recorder: {line}")
         if path:
             self._say(f"flight recorder: stacks, steps and output of every task in {path}")
             self._event("hang-report", attempt=group.attempt, path=path, culprit=result.verdict.culprit)
-        return path or "", tuple(result.verdict.lines)
+        return result, path or ""
 
     # -- pieces --------------------------------------------------------------------------------------------------
     def _plans(self, attempt: int) -> list[TaskPlan]:

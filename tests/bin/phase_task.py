@@ -1,0 +1,96 @@
+"""A stand-in training task that reports its phases as the task bootstrap does (no TensorFlow): a start-up, steps of
+``--step`` seconds, optionally a pause between steps, and optionally a stall in a step that never ends.
+
+    phase_task.py [--steps N] [--step S] [--pause-at N --pause S] [--stall TASK --stall-at N] [--first-attempt-only]
+
+The other tasks wait (for ever) one step later, as peers in a collective do.
+
+Heartbeats follow the protocol (tfdist.protocol.records): written at once when the phase changes kind, at most
+every TFDIST_HEARTBEAT_INTERVAL while it stays the same, with the finished phases' count, p99 and longest.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
+from tfdist.protocol.records import HeartbeatRecord, Phase, PhaseStats, write_heartbeat  # noqa: E402
+
+PATH = os.environ.get("TFDIST_HEARTBEAT_FILE", "")
+INTERVAL = float(os.environ.get("TFDIST_HEARTBEAT_INTERVAL", "0.5"))
+TASK = "{type}:{index}".format(**json.loads(os.environ.get("TF_CONFIG", '{"task": {}}')).get("task", {}))
+ATTEMPT = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
+
+
+class Phases:
+    def __init__(self) -> None:
+        self.durations: dict[Phase, list[float]] = {}
+        self.phase, self.since, self.written, self.step = Phase.STARTUP, time.time(), 0.0, 0
+        self.write()
+
+    def stats(self) -> dict[Phase, PhaseStats]:
+        out = {}
+        for phase, seen in self.durations.items():
+            ordered = sorted(seen)
+            out[phase] = PhaseStats(len(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+                                    ordered[-1])
+        return out
+
+    def enter(self, phase: Phase) -> None:
+        now = time.time()
+        self.durations.setdefault(self.phase, []).append(now - self.since)
+        kind_changed = phase is not self.phase
+        self.phase, self.since = phase, now
+        if kind_changed or now - self.written >= INTERVAL:
+            self.write()
+
+    def write(self) -> None:
+        self.written = time.time()
+        if PATH:
+            write_heartbeat(PATH, HeartbeatRecord(step=self.step, time=self.written, phase=self.phase,
+                                                  phase_since=self.since, phase_stats=self.stats() or None))
+
+
+def stall_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def wait_for_the_stalled_peer() -> None:
+    """What a peer does under a synchronous strategy: it waits for the stalled task in the next collective."""
+    while True:
+        time.sleep(3600)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--step", type=float, default=0.02)
+    p.add_argument("--pause-at", type=int, default=-1)
+    p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--stall", default="")
+    p.add_argument("--stall-at", type=int, default=-1)
+    p.add_argument("--first-attempt-only", action="store_true")
+    args = p.parse_args()
+    faulty = TASK == args.stall and (ATTEMPT == 0 or not args.first_attempt_only)
+    phases = Phases()
+    for step in range(args.steps):
+        if step == args.pause_at:
+            phases.enter(Phase.BETWEEN)
+            time.sleep(args.pause)
+        phases.step = step
+        phases.enter(Phase.STEP)
+        if faulty and step == args.stall_at:
+            stall_forever()
+        if args.stall and not faulty and step == args.stall_at + 1 and (ATTEMPT == 0 or not args.first_attempt_only):
+            wait_for_the_stalled_peer()
+        time.sleep(args.step)
+    print(f"{TASK} done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
