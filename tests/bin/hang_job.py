@@ -11,6 +11,7 @@ Modes (worker 1 only; worker 0 always trains normally and ends up waiting for wo
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import threading
 import time
@@ -79,11 +80,20 @@ def wait_for_results() -> None:
     threading.Event().wait(3600)
 
 
+def mark_fault() -> None:
+    """bench/flight.py measures detection from this moment: the time the fault began, in HANG_JOB_FAULT_FILE."""
+    path = os.environ.get("HANG_JOB_FAULT_FILE")
+    if path and not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(f"{time.time()}\n")
+
+
 class Fault(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(0.02)
         if not FAULTY or batch + 1 < ARGS.at_step:
             return
+        mark_fault()
         if ARGS.mode == "deadlock":
             update_stats()
         elif ARGS.mode == "sleep":
