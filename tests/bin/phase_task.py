@@ -3,7 +3,7 @@
 
     phase_task.py [--steps N] [--step S] [--pause-at N --pause S] [--stall TASK --stall-at N] [--first-attempt-only]
 
-The other tasks wait (for ever) one step later, as peers in a collective do.
+The other tasks wait (for ever) at their first step after the stall began, as peers in a collective do.
 
 Heartbeats follow the protocol (tfdist.protocol.records): written at once when the phase changes kind, at most
 every TFDIST_HEARTBEAT_INTERVAL while it stays the same, with the finished phases' count, p99 and longest.
@@ -23,6 +23,7 @@ PATH = os.environ.get("TFDIST_HEARTBEAT_FILE", "")
 INTERVAL = float(os.environ.get("TFDIST_HEARTBEAT_INTERVAL", "0.5"))
 TASK = "{type}:{index}".format(**json.loads(os.environ.get("TF_CONFIG", '{"task": {}}')).get("task", {}))
 ATTEMPT = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
+STALLED = os.path.join(os.path.dirname(PATH) or ".", "stalled")  # in the attempt's folder: the stall began
 
 
 class Phases:
@@ -60,7 +61,8 @@ def stall_forever() -> None:
 
 
 def wait_for_the_stalled_peer() -> None:
-    """What a peer does under a synchronous strategy: it waits for the stalled task in the next collective."""
+    """What a peer does under a synchronous strategy: it waits for the stalled task in the next collective (here:
+    its first step once the stall began, so that its last heartbeat comes after the stalled task's)."""
     while True:
         time.sleep(3600)
 
@@ -84,8 +86,9 @@ def main() -> int:
         phases.step = step
         phases.enter(Phase.STEP)
         if faulty and step == args.stall_at:
+            open(STALLED, "w").close()
             stall_forever()
-        if args.stall and not faulty and step == args.stall_at + 1 and (ATTEMPT == 0 or not args.first_attempt_only):
+        if args.stall and not faulty and step > args.stall_at and os.path.exists(STALLED):
             wait_for_the_stalled_peer()
         time.sleep(args.step)
     print(f"{TASK} done", flush=True)

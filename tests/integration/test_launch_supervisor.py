@@ -278,7 +278,7 @@ def test_a_stalled_step_is_hung_at_its_learned_threshold_and_the_same_hang_twice
     started = time.monotonic()
     result = launch("-n", "2", "--hang-timeout", "120", "--max-restarts", "5", "--backoff", "0",
                     "--log-dir", str(logs), PHASES, "--pause-at", "20", "--pause", "3.8", "--stall", "worker:1",
-                    "--stall-at", "40", timeout=150, env={**os.environ, "TFDIST_HEARTBEAT_INTERVAL": "0"})
+                    "--stall-at", "40", "--steps", "100000", timeout=150, env={**os.environ, "TFDIST_HEARTBEAT_INTERVAL": "0"})
     assert result.returncode == 3, result.stderr
     assert time.monotonic() - started < 100, "the learned threshold, not --hang-timeout, called the hangs"
     assert "no step for" in result.stderr and "(p99 " in result.stderr and "threshold 3.0 s" in result.stderr

@@ -62,7 +62,16 @@ def test_the_verdict_says_the_threshold_and_where_it_came_from():
     (Phase.STARTUP, {Phase.STARTUP: PhaseStats(1, 100.0, 100.0)}, 301.0, True),
 ])
 def test_scenarios(phase, learned, silent_for, hung):
-    assert (th.hung(beat(phase), silent_for, learned, ceiling=CEILING, interval=INTERVAL) is not None) is hung
+    own = learned if phase is Phase.STEP else None  # a task in a step has finished steps of its own
+    assert (th.hung(beat(phase, own), silent_for, learned, ceiling=CEILING, interval=INTERVAL) is not None) is hung
+
+
+def test_a_processs_first_step_waits_the_timeout_whatever_earlier_attempts_learned():
+    """A restarted task traces its step again: 40 ms steps before say nothing about how long that takes."""
+    first = beat(Phase.STEP, {Phase.STARTUP: PhaseStats(1, 5.0, 5.0)})
+    assert th.hung(first, 60.0, STEPS_40MS, ceiling=CEILING, interval=INTERVAL) is None
+    call = th.hung(first, 301.0, STEPS_40MS, ceiling=CEILING, interval=INTERVAL)
+    assert call is not None and "the first step of this process" in call.reason
 
 
 def test_off_and_finished_are_never_hung():

@@ -247,7 +247,8 @@ LEARNED_STEPS = HangLimits(learned={Phase.STEP: PhaseStats(n=118, p99=0.062, max
 
 
 def _in_phase(phase: Phase, age: float, **kw) -> dict:
-    return dict(heartbeat=HeartbeatRecord(step=3, time=0.0, phase=phase, phase_since=0.0), heartbeat_age=age, **kw)
+    return dict(heartbeat=HeartbeatRecord(step=3, time=0.0, phase=phase, phase_since=0.0,
+                                          phase_stats=LEARNED_STEPS.learned), heartbeat_age=age, **kw)
 
 
 @pytest.mark.parametrize("stopped", [False, True])

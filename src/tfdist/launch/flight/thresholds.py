@@ -22,6 +22,8 @@ also the ceiling. Why these numbers:
 - The heartbeat interval: a task writes its heartbeat at once when it enters a phase of another kind, but at most
   every ``TFDIST_HEARTBEAT_INTERVAL`` while the kind stays the same, so a healthy run of steps may show a heartbeat
   one interval old plus one step: the interval is added, so the throttle never makes a hang.
+- A process's first step waits ``--hang-timeout`` whatever was learned: it traces the step function, which a new
+  process (a restart) does again, and no earlier step says how long that takes.
 - What is learned is the highest p99 per phase, over every task and attempt of the job, kept in the run folder
   (``phases.json``) so that a restarted launcher of the same job (same command and job name) starts from it.
   Only finished phases are in the stats, so the phase that hangs never teaches itself a longer threshold.
@@ -104,7 +106,12 @@ def hung(beat: HeartbeatRecord | None, silent_for: float, learned: Learned, *, c
     if ceiling <= 0 or (beat is not None and beat.finished):
         return None
     phase = beat.phase if beat is not None else None
-    limit = threshold(phase, learned, ceiling=ceiling, interval=interval)
+    if phase is Phase.STEP and Phase.STEP not in (beat.phase_stats or {}):  # type: ignore[union-attr]
+        # This process has finished no step yet: its first traces the step function (seconds, minutes under XLA),
+        # however short the steps of earlier attempts were.
+        limit = Threshold(ceiling, "the first step of this process (it traces): --hang-timeout", learned=False)
+    else:
+        limit = threshold(phase, learned, ceiling=ceiling, interval=interval)
     if silent_for <= limit.seconds:
         return None
     running = _RUNNING[phase] if phase is not None else "no heartbeat for"
