@@ -106,7 +106,7 @@ def hung(beat: HeartbeatRecord | None, silent_for: float, learned: Learned, *, c
     if ceiling <= 0 or (beat is not None and beat.finished):
         return None
     phase = beat.phase if beat is not None else None
-    if phase is Phase.STEP and Phase.STEP not in (beat.phase_stats or {}):  # type: ignore[union-attr]
+    if beat is not None and phase is Phase.STEP and Phase.STEP not in (beat.phase_stats or {}):
         # This process has finished no step yet: its first traces the step function (seconds, minutes under XLA),
         # however short the steps of earlier attempts were.
         limit = Threshold(ceiling, "the first step of this process (it traces): --hang-timeout", learned=False)
