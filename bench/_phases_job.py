@@ -6,7 +6,11 @@ phases are long in the ways a healthy job's are, none of them a hang:
 - worker 1 killed (SIGKILL) in epoch 1 of the first attempt: the group restarts and BackupAndRestore restores it;
 - then --slow-steps steps of --slow seconds each after the restore (caches refill, a cold input pipeline).
 
-    python bench/_phases_job.py BACKUP_DIR [--first-step 60] [--pause 25] [--slow-steps 5] [--slow 2]
+    python bench/_phases_job.py BACKUP_DIR [--first-step 60] [--pause 25] [--slow-steps 5] [--slow 2] [--own-phases]
+
+--own-phases: the script writes phase heartbeats itself (tests/bin/_phase_beats.py; run it under --no-bootstrap),
+a stand-in for the task bootstrap's: start-up to the end of the first step, restore while BackupAndRestore reads
+its backup, a step from each later batch's begin, between at each epoch's end.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -27,6 +32,7 @@ parser.add_argument("--slow-steps", type=int, default=5)
 parser.add_argument("--slow", type=float, default=2.0)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--steps", type=int, default=30)
+parser.add_argument("--own-phases", action="store_true")
 ARGS = parser.parse_args()
 TASK = json.loads(os.environ["TF_CONFIG"])["task"]
 RESTARTED = int(os.environ.get("TFDIST_RESTART_COUNT", "0")) > 0
@@ -62,10 +68,31 @@ class Phases(tf.keras.callbacks.Callback):
             time.sleep(ARGS.pause)
 
 
+class OwnPhases(tf.keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "bin"))
+        from _phase_beats import Phase, Phases
+
+        self.kinds, self.phases, self.step = Phase, Phases(), 0
+
+    def on_train_begin(self, logs=None):
+        if RESTARTED:
+            self.phases.enter(self.kinds.RESTORE)  # BackupAndRestore, after this callback, reads its backup
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.phases.step, self.step = self.step, self.step + 1
+        if self.step > 1:
+            self.phases.enter(self.kinds.STEP)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.phases.enter(self.kinds.BETWEEN)
+
+
 with STRATEGY.scope():
     model = SlowFirstStep([tf.keras.layers.Input(shape=(4,)), tf.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
 data = tf.data.Dataset.from_tensor_slices((np.ones((64, 4), "float32"), np.zeros((64, 1), "float32"))).batch(8)
 model.fit(data.repeat(), epochs=ARGS.epochs, steps_per_epoch=ARGS.steps, verbose=0,
-          callbacks=[tf.keras.callbacks.BackupAndRestore(ARGS.backup_dir), Phases()])
+          callbacks=[OwnPhases()] * ARGS.own_phases + [tf.keras.callbacks.BackupAndRestore(ARGS.backup_dir), Phases()])
 print("training finished", flush=True)

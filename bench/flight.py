@@ -10,15 +10,17 @@ deadlocked in a callback, and a hung collective (worker 1 leaves its training lo
 all-reduce); a 2-worker Keras job of ~40 ms steps (tests/bin/hang_job.py), alternating scenarios over --rounds.
 Detection is from the fault (the bench's SIGSTOP, or the moment hang_job.py's fault began) to the launcher's
 ``verdict`` event (a hang, or a failure that blames the stopped worker once TensorFlow aborted its peer). Goal: within 10 s (or 25 steps, whichever is longer). Learned thresholds need heartbeats that
-say their phase (the task bootstrap's): without them every hang waits --hang-timeout (300 s) and --cap cuts it.
+say their phase (the task bootstrap's): without them every hang waits --hang-timeout (300 s) and --cap cuts it;
+--own-phases has the job write them itself (tests/bin/hang_job.py under --no-bootstrap) to measure the launcher's
+side before the bootstrap does.
 
 --false-hangs: a healthy job whose phases are long (bench/_phases_job.py: a 60 s first step, a 25 s pause between
 epochs, a worker killed and restored, slow steps after the restore), default flags: how many hangs the launcher
 called (goal: 0) and whether the job succeeded.
 
     .venv/bin/python bench/flight.py [--rounds 7] [--workers 4]
-    .venv/bin/python bench/flight.py --detection [--rounds 3] [--cap 60]
-    .venv/bin/python bench/flight.py --false-hangs [--rounds 1]
+    .venv/bin/python bench/flight.py --detection [--rounds 3] [--cap 60] [--own-phases]
+    .venv/bin/python bench/flight.py --false-hangs [--rounds 1] [--own-phases]
 """
 from __future__ import annotations
 
@@ -93,14 +95,17 @@ DETECTION = {"stopped worker": "none", "deadlock in a callback": "deadlock", "hu
 FAULT_STEP = 30
 
 
-def detect_once(scenario: str, cap: float) -> tuple[float, str, bool]:
+def detect_once(scenario: str, cap: float, own_phases: bool = False) -> tuple[float, str, bool]:
     """Seconds from the fault to the launcher's hang verdict (``cap`` when none came), the task it named, and
-    whether the tasks' heartbeats said their phase."""
+    whether the tasks' heartbeats said their phase. ``own_phases``: the job writes phase heartbeats itself, under
+    --no-bootstrap (a stand-in for the task bootstrap's)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder, marker = os.path.join(tmp, "logs"), os.path.join(tmp, "fault")
-        job = subprocess.Popen([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "0", "--log-dir",
-                                folder, "--", HANG_JOB, "--mode", DETECTION[scenario], "--at-step", str(FAULT_STEP),
-                                "--steps", "100000"], env={**QUIET_TF, "HANG_JOB_FAULT_FILE": marker},
+        stand_in = (["--no-bootstrap"], ["--own-phases"]) if own_phases else ([], [])
+        job = subprocess.Popen([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "0", *stand_in[0],
+                                "--log-dir", folder, "--", HANG_JOB, "--mode", DETECTION[scenario], "--at-step",
+                                str(FAULT_STEP), "--steps", "100000", *stand_in[1]],
+                               env={**QUIET_TF, "HANG_JOB_FAULT_FILE": marker},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             wait_until_step(folder, FAULT_STEP if DETECTION[scenario] == "none" else 1)
@@ -144,13 +149,13 @@ def wait_for_file(path: str, timeout: float) -> float:
     raise SystemExit("the fault never began")
 
 
-def detection(rounds: int, cap: float) -> None:
+def detection(rounds: int, cap: float, own_phases: bool) -> None:
     results: dict[str, list[float]] = {name: [] for name in DETECTION}
     phases = set()
     for r in range(rounds):
         order = list(DETECTION) if r % 2 == 0 else list(reversed(DETECTION))
         for scenario in order:
-            seconds, task, said = detect_once(scenario, cap)
+            seconds, task, said = detect_once(scenario, cap, own_phases)
             results[scenario].append(seconds)
             phases.add(said)
             print(f"  round {r + 1}: {scenario}: {seconds:.1f} s, named {task}", flush=True)
@@ -159,15 +164,16 @@ def detection(rounds: int, cap: float) -> None:
                       "detection_max_s": {k: round(max(v), 1) for k, v in results.items()}, "goal_s": 10.0}))
 
 
-def false_hangs(rounds: int, first_step: float, pause: float) -> None:
+def false_hangs(rounds: int, first_step: float, pause: float, own_phases: bool) -> None:
     runs = []
     for r in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             folder = os.path.join(tmp, "logs")
             started = time.monotonic()
-            done = subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", folder, "--",
-                                   str(REPO / "bench" / "_phases_job.py"), os.path.join(tmp, "backup"),
-                                   "--first-step", str(first_step), "--pause", str(pause)],
+            stand_in = (["--no-bootstrap"], ["--own-phases"]) if own_phases else ([], [])
+            done = subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", *stand_in[0], "--log-dir", folder,
+                                   "--", str(REPO / "bench" / "_phases_job.py"), os.path.join(tmp, "backup"),
+                                   "--first-step", str(first_step), "--pause", str(pause), *stand_in[1]],
                                   env=QUIET_TF, capture_output=True, text=True, timeout=1800)
             hangs = [e for e in events(folder) if e.get("event") == "verdict" and e.get("cause") == "hung"]
             attempts = sum(e.get("event") == "attempt-started" for e in events(folder))
@@ -186,13 +192,15 @@ def main() -> None:
     parser.add_argument("--detection", action="store_true")
     parser.add_argument("--false-hangs", action="store_true")
     parser.add_argument("--cap", type=float, default=60.0, help="--detection: give up on a hang after this long")
+    parser.add_argument("--own-phases", action="store_true",
+                        help="the job writes its phases itself (until the task bootstrap does)")
     parser.add_argument("--first-step", type=float, default=60.0)
     parser.add_argument("--pause", type=float, default=25.0)
     args = parser.parse_args()
     if args.detection:
-        return detection(args.rounds or 3, args.cap)
+        return detection(args.rounds or 3, args.cap, args.own_phases)
     if args.false_hangs:
-        return false_hangs(args.rounds or 1, args.first_step, args.pause)
+        return false_hangs(args.rounds or 1, args.first_step, args.pause, args.own_phases)
     args.rounds = args.rounds or 7
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "logs")

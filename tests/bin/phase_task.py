@@ -17,42 +17,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "src"))
-from tfdist.protocol.records import HeartbeatRecord, Phase, PhaseStats, write_heartbeat  # noqa: E402
+from _phase_beats import PATH, Phases  # noqa: E402  (tests/bin: the script's own folder)
+from tfdist.protocol.records import Phase  # noqa: E402
 
-PATH = os.environ.get("TFDIST_HEARTBEAT_FILE", "")
-INTERVAL = float(os.environ.get("TFDIST_HEARTBEAT_INTERVAL", "0.5"))
 TASK = "{type}:{index}".format(**json.loads(os.environ.get("TF_CONFIG", '{"task": {}}')).get("task", {}))
 ATTEMPT = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
 STALLED = os.path.join(os.path.dirname(PATH) or ".", "stalled")  # in the attempt's folder: the stall began
-
-
-class Phases:
-    def __init__(self) -> None:
-        self.durations: dict[Phase, list[float]] = {}
-        self.phase, self.since, self.written, self.step = Phase.STARTUP, time.time(), 0.0, 0
-        self.write()
-
-    def stats(self) -> dict[Phase, PhaseStats]:
-        out = {}
-        for phase, seen in self.durations.items():
-            ordered = sorted(seen)
-            out[phase] = PhaseStats(len(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-                                    ordered[-1])
-        return out
-
-    def enter(self, phase: Phase) -> None:
-        now = time.time()
-        self.durations.setdefault(self.phase, []).append(now - self.since)
-        kind_changed = phase is not self.phase
-        self.phase, self.since = phase, now
-        if kind_changed or now - self.written >= INTERVAL:
-            self.write()
-
-    def write(self) -> None:
-        self.written = time.time()
-        if PATH:
-            write_heartbeat(PATH, HeartbeatRecord(step=self.step, time=self.written, phase=self.phase,
-                                                  phase_since=self.since, phase_stats=self.stats() or None))
 
 
 def stall_forever() -> None:
