@@ -120,12 +120,23 @@ def detect_once(scenario: str, cap: float, own_phases: bool = False) -> tuple[fl
                 # Any verdict: a stopped worker may also be blamed when TensorFlow aborts its peer (task-failed).
                 verdicts = [e for e in events(folder) if e.get("event") == "verdict"]
                 if verdicts:
-                    named = f"{verdicts[0].get('task')} ({verdicts[0].get('cause')})"
-                    return verdicts[0]["time"] - faulted, named, says_phases(folder)
+                    return verdicts[0]["time"] - faulted, culprit(folder, verdicts[0]), says_phases(folder)
                 time.sleep(0.1)
             return cap, "-", says_phases(folder)
         finally:
             stop_job(job)
+
+
+def culprit(folder: str, verdict: dict, timeout: float = 30) -> str:
+    """``worker:1 (hung; flight recorder: worker:1)``: the watchdog's task and the one the recorder names."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        reports = [e for e in events(folder) if e.get("event") == "hang-report"]
+        if reports or any(e.get("event") == "group-stopped" for e in events(folder)):
+            named = reports[0].get("culprit") if reports else "no report"
+            return f"{verdict.get('task')} ({verdict.get('cause')}; flight recorder: {named})"
+        time.sleep(0.1)
+    return f"{verdict.get('task')} ({verdict.get('cause')})"
 
 
 def wait_until_step(folder: str, step: int, timeout: float = 600) -> None:

@@ -2,6 +2,7 @@
 ``--step`` seconds, optionally a pause between steps, and optionally a stall in a step that never ends.
 
     phase_task.py [--steps N] [--step S] [--pause-at N --pause S] [--stall TASK --stall-at N] [--first-attempt-only]
+                  [--stalled-starts-late S]
 
 The other tasks wait (for ever) at their first step after the stall began, as peers in a collective do.
 
@@ -46,8 +47,12 @@ def main() -> int:
     p.add_argument("--stall", default="")
     p.add_argument("--stall-at", type=int, default=-1)
     p.add_argument("--first-attempt-only", action="store_true")
+    p.add_argument("--stalled-starts-late", type=float, default=0.0,
+                   help="the stalled task starts this much later, and its peers wait at once: they fall silent first")
     args = p.parse_args()
     faulty = TASK == args.stall and (ATTEMPT == 0 or not args.first_attempt_only)
+    if faulty:
+        time.sleep(args.stalled_starts_late)
     phases = Phases()
     for step in range(args.steps):
         if step == args.pause_at:
@@ -58,7 +63,8 @@ def main() -> int:
         if faulty and step == args.stall_at:
             open(STALLED, "w").close()
             stall_forever()
-        if args.stall and not faulty and step > args.stall_at and os.path.exists(STALLED):
+        if args.stall and not faulty and step > args.stall_at and (os.path.exists(STALLED) or
+                                                                     args.stalled_starts_late):
             wait_for_the_stalled_peer()
         time.sleep(args.step)
     print(f"{TASK} done", flush=True)

@@ -287,3 +287,16 @@ def test_a_stalled_step_is_hung_at_its_learned_threshold_and_the_same_hang_twice
     assert "#2:" not in result.stderr
     learned = json.loads((logs / "phases.json").read_text())
     assert set(learned["phases"]) >= {"startup", "step", "between"}
+
+
+def test_a_hang_is_blamed_on_the_task_the_flight_recorder_names_not_the_one_silent_longest(tmp_path):
+    """worker:1 starts late and stalls at step 10; worker:0 reached step 11 long before and waits for it (as a peer in
+    a collective would), so it is the one silent longest when the watchdog fires. The flight recorder sees worker:1
+    behind (step 10 against 11): the report and the launcher's line name worker:1."""
+    result = launch("-n", "2", "--hang-timeout", "120", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"),
+                    PHASES, "--stall", "worker:1",
+                    "--stall-at", "10", "--stalled-starts-late", "2", "--steps", "100000", timeout=100,
+                    env={**os.environ, "TFDIST_HEARTBEAT_INTERVAL": "0"})
+    assert result.returncode == 3, result.stderr
+    assert "flight recorder: worker:1 stopped first: at step 10 while the others are at step 11" in result.stderr
+    assert "#0: hung worker:1" in result.stderr and "tfdist: worker:1 made no progress for 3s" in result.stderr

@@ -83,8 +83,7 @@ class Supervisor:
         self.stops = StopRequests()
         self.stops.saving = self._who_saves
         self._seen: GroupSnapshot | None = None  # the group's last snapshot
-        # What each phase of this job took so far (kept in the run folder across restarts): the hang thresholds.
-        self.phases = PhaseLearner.for_launch(spec, self.log_dir, self.environ)
+        self.phases = PhaseLearner.for_launch(spec, self.log_dir, self.environ)  # what each phase took: thresholds
         self.memory = AttemptMemory()  # hang signatures and progress, compared between attempts
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
@@ -243,8 +242,9 @@ class Supervisor:
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         failure = group.failure(verdict.culprit)
-        # Before anything is stopped (--no-flight-recorder: stop at once).
-        recorded = self._record_flight(group, verdict) if self.spec.flight_recorder else None
+        recorded = self._record_flight(group, verdict) if self.spec.flight_recorder else None  # before any stop
+        if verdict.cause is Cause.HUNG and recorded and recorded[0].verdict.culprit:  # it sees who stopped first
+            failure = group.failure(recorded[0].verdict.culprit)
         self.memory.hung(attempt, verdict, recorded[0] if recorded else None, self._seen)
         if verdict.action is rules.GroupAction.SUCCEED:
             failure = None
