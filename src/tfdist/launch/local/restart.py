@@ -9,7 +9,12 @@
   that starts at ``backoff`` and doubles, capped at ``backoff_max``.
 - A failure after training finished (every training task's ``fit`` had returned) does not restart unless allowed
   (``--restart-after-training``): a restart would train everything again.
-- The same exception at the same ``file:line`` in two attempts in a row is deterministic: no more restarts.
+- The same exception at the same ``file:line`` in two attempts in a row is deterministic: no more restarts. So is
+  the same hang in two attempts in a row (same stalled task, step and innermost frames,
+  :func:`tfdist.launch.flight.signature.same_hang`): a deterministic hang would just hang again.
+- Restarts whose attempt made no progress (no training step advanced) are counted apart: ``max_no_progress`` of
+  them in a row (3, as NVIDIA's ``ft_launcher``) stop the job, whatever is left of the budget. Only for a job
+  whose tasks send heartbeats: without them progress is unknown and not counted.
 - Success, a stop asked for (SIGTERM/SIGINT) and a program that cannot start never restart.
 """
 from __future__ import annotations
@@ -47,17 +52,23 @@ class RestartPolicy:
     backoff_max: float = 30.0
     max_preemptions: int = 20
     max_port_retries: int = 2
+    max_no_progress: int = 3
     fixed_ports: bool = False
     restarts: list[float] = field(default_factory=list)  # when each counted restart happened
     preemptions: int = 0
     port_retries: int = 0
+    no_progress: int = 0  # restarts in a row whose attempt advanced no step
 
     def after(self, cause: Cause, now: float, *, transient: bool = False, after_training: str | None = None,
-              repeated: str | None = None) -> RestartDecision:
+              repeated: str | None = None, repeated_hang: str | None = None,
+              progressed: bool | None = None) -> RestartDecision:
         """What to do after an attempt ended with ``cause`` at time ``now``; records the restart it allows.
 
         ``after_training``: the attempt failed after training finished (the failure's ``task ... in file:line``);
-        ``repeated``: it failed exactly as the attempt before (the exception and its ``file:line``)."""
+        ``repeated``: it failed exactly as the attempt before (the exception and its ``file:line``);
+        ``repeated_hang``: it hung exactly as the attempt before (the hang in words);
+        ``progressed``: whether a training step advanced in it, None when unknown (no heartbeats, the first
+        attempt)."""
         if cause in FINAL_CAUSES:
             return RestartDecision(False)
         if after_training is not None:
@@ -77,11 +88,20 @@ class RestartPolicy:
         if repeated is not None and cause is Cause.TASK_FAILED:
             return RestartDecision(False, message=f"the same {repeated} in two attempts in a row: a deterministic "
                                                   "failure, not restarting")
+        if repeated_hang is not None and cause is Cause.HUNG:
+            return RestartDecision(False, message=f"the same hang ({repeated_hang}) in two attempts in a row: a "
+                                                  "deterministic hang would hang again, not restarting")
+        if progressed is not None:
+            self.no_progress = 0 if progressed else self.no_progress + 1
+        if self.no_progress >= self.max_no_progress > 0:
+            return RestartDecision(False, message=f"{self.no_progress} restarts in a row made no progress (no "
+                                                  "training step advanced): not restarting")
         self.restarts.append(now)
         delay = _backoff(self.backoff, self.backoff_max, len(self.restarts) - 1)
         why = "the failure looked transient; " if transient else ""
+        stalled = f", {self.no_progress} in a row without progress" if self.no_progress else ""
         return RestartDecision(True, delay=delay, counted=True,
-                               message=f"{why}restarting the group ({len(recent) + 1}/{self.max_restarts})"
+                               message=f"{why}restarting the group ({len(recent) + 1}/{self.max_restarts}{stalled})"
                                        + (f" in {delay:.1f}s" if delay else ""))
 
 

@@ -23,6 +23,9 @@ from typing import Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
+from tfdist.launch.flight.learner import PhaseLearner
+from tfdist.launch.local.attempt_memory import AttemptMemory
+from tfdist.launch.flight.report import HangReport
 from tfdist.launch.local import rules
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
@@ -78,6 +81,8 @@ class Supervisor:
         self.stops = StopRequests()
         self.stops.saving = self._who_saves
         self._seen: GroupSnapshot | None = None  # the group's last snapshot
+        self.phases = PhaseLearner.for_launch(spec, self.log_dir, self.environ)  # what each phase took: thresholds
+        self.memory = AttemptMemory()  # hang signatures and progress, compared between attempts
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -117,7 +122,8 @@ class Supervisor:
                     break
                 decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient,
                                                after_training=self._after_training(outcome),
-                                               repeated=repeated_failure(self.result.attempts))
+                                               repeated=repeated_failure(self.result.attempts),
+                                               **self.memory.restart_facts(attempt, self.phases.step_lag))
                 if not decision.restart:
                     if decision.message:
                         self._say(decision.message)
@@ -161,6 +167,8 @@ class Supervisor:
         try:
             return self._watch(group, attempt)
         finally:
+            self.phases.flush()
+            self.memory.ended(attempt, group.poll())
             self._sweep()
 
     def _sweep(self) -> None:
@@ -172,7 +180,7 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = self._seen = group.poll(stale_after=t.hang)
+            snapshot = self._seen = group.poll(stale_after=self.phases.stale_after(t.hang))
             if self.stops.requested:
                 # A signal that came during the poll is announced before the stop's wait, not after it: whoever
                 # stops the job reads here that a second signal kills at once (the grace may be minutes).
@@ -183,7 +191,8 @@ class Supervisor:
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
-            verdict = rules.decide(snapshot, self.spec)
+            self.phases.observe(t.heartbeat for t in snapshot.tasks)
+            verdict = rules.decide(snapshot, self.spec, self.phases.limits)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
@@ -212,16 +221,17 @@ class Supervisor:
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         failure = group.failure(verdict.culprit)
-        report, verdict_lines = "", ()
-        if self.spec.flight_recorder:  # --no-flight-recorder: stop at once
-            report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
+        recorded = self._record_flight(group, verdict) if self.spec.flight_recorder else None  # before any stop
+        if verdict.cause is Cause.HUNG and recorded and recorded[0].verdict.culprit:  # it sees who stopped first
+            failure = group.failure(recorded[0].verdict.culprit)
+        self.memory.hung(attempt, verdict, recorded[0] if recorded else None, self._seen)
         if verdict.action is rules.GroupAction.SUCCEED:
             failure = None
         elif verdict.action is rules.GroupAction.PREEMPTED:
             self._say(f"{verdict.culprit} was preempted and saved its state: waiting for the group to save")
         elif verdict.cause is Cause.HUNG:
-            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {t.hang:g}s "
-                      f"({verdict.detail.split(',')[0]}): stopping the group")
+            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {verdict.hang_after:g}s "
+                      f"({rules.hang_words(verdict)}): stopping the group")
         else:
             headline = failure.headline if failure else verdict.culprit
             if verdict.detail and verdict.cause is not Cause.START_FAILED:
@@ -234,21 +244,23 @@ class Supervisor:
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient,
-                       hang_report=report, hang_verdict=verdict_lines,
+                       hang_report=recorded[1] if recorded else "",
+                       hang_verdict=tuple(recorded[0].verdict.lines) if recorded else (),
                        after_training=verdict.after_training)
 
-    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
-        """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
+    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[HangReport, str] | None:
+        """The flight recorder: every task's stacks, step, state and output, and which task stopped first (the
+        report and the path of its text file, "" when unwritten); None when there was nothing to record."""
         recorded = record_flight(group, verdict, run_id=self.run_id, folder=self.log_dir)
         if recorded is None:
-            return "", ()
+            return None
         result, path = recorded
         for line in result.verdict.lines:
             self._say(f"flight recorder: {line}")
         if path:
             self._say(f"flight recorder: stacks, steps and output of every task in {path}")
             self._event("hang-report", attempt=group.attempt, path=path, culprit=result.verdict.culprit)
-        return path or "", tuple(result.verdict.lines)
+        return result, path or ""
 
     # -- pieces --------------------------------------------------------------------------------------------------
     def _plans(self, attempt: int) -> list[TaskPlan]:
