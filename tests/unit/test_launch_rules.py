@@ -314,10 +314,9 @@ def test_budget_zero_and_window():
     assert policy.after(Cause.TASK_FAILED, 11.0).restart, "the first restart expired"
 
 
-@pytest.mark.parametrize("cause", [Cause.TASK_PREEMPTED, Cause.NEW_ROUND])
-def test_preemptions_and_new_rounds_are_free_up_to_their_cap(cause):
+def test_preemptions_are_free_up_to_their_cap():
     policy = RestartPolicy(max_restarts=0, max_preemptions=2)
-    decisions = [policy.after(cause, 0.0) for _ in range(3)]
+    decisions = [policy.after(Cause.TASK_PREEMPTED, 0.0) for _ in range(3)]
     assert [d.restart for d in decisions] == [True, True, False]
     assert not any(d.counted for d in decisions) and decisions[0].delay == 0.0
 

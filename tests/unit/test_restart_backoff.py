@@ -33,13 +33,8 @@ def test_a_task_restarted_alone_backs_off_by_the_rule(window, times, delays):
     assert _task_delays(window, times) == delays
 
 
-# RestartPolicy still doubles with every restart ever made (local/restart.py: ``len(self.restarts) - 1``, the rule is
-# ``len(recent)``); restart.py is edited for issue 36 at the same time, so that one line changes when the two merge.
-_GROUP_DIFFERS = pytest.mark.xfail(strict=True, reason="RestartPolicy counts expired restarts (local/restart.py)")
-GROUP_TABLE = [pytest.param(*row.values, id=row.id, marks=_GROUP_DIFFERS if "expired" in row.id else ())
-               for row in TABLE]
 
 
-@pytest.mark.parametrize("window, times, delays", GROUP_TABLE)
+@pytest.mark.parametrize("window, times, delays", TABLE)
 def test_the_group_backs_off_by_the_same_rule(window, times, delays):
     assert _group_delays(window, times) == delays

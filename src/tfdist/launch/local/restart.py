@@ -1,12 +1,13 @@
 """Whether, and when, a group that ended is started again: a pure policy with the clock passed in.
 
-- ``task-preempted`` (a task saved and exited 143) and ``new-round`` (a per-machine agent told to restart with a new
-  cluster) restart at once without using the budget, up to ``max_preemptions``.
+- ``task-preempted`` (a task saved and exited 143) restarts at once without using the budget, up to
+  ``max_preemptions``.
 - ``port-conflict`` (a task lost its port to another program between our check and its bind) restarts at once on
   fresh ports, up to ``max_port_retries``, then counts as a failure. With fixed ports (--port-base) a retry would
   collide again: it is a failure at once.
 - Any other failure uses the budget: at most ``max_restarts`` within ``window`` seconds (0: ever), after a back-off
-  that starts at ``backoff`` and doubles, capped at ``backoff_max``.
+  that starts at ``backoff`` and doubles with each restart that still counts (within ``window``), capped at
+  ``backoff_max``: a job that ran well for longer than the window starts again from ``backoff``.
 - A failure after training finished (every training task's ``fit`` had returned) does not restart unless allowed
   (``--restart-after-training``): a restart would train everything again.
 - The same exception at the same ``file:line`` in two attempts in a row is deterministic: no more restarts. So is
@@ -74,10 +75,10 @@ class RestartPolicy:
         if after_training is not None:
             return RestartDecision(False, message=f"{after_training}, after training finished: not restarting, which "
                                                   "would train again (--restart-after-training to do it)")
-        if cause in (Cause.TASK_PREEMPTED, Cause.NEW_ROUND) and self.preemptions < self.max_preemptions:
+        if cause is Cause.TASK_PREEMPTED and self.preemptions < self.max_preemptions:
             self.preemptions += 1
-            what = "the preempted group" if cause is Cause.TASK_PREEMPTED else "the group with the new cluster"
-            return RestartDecision(True, message=f"restarting {what} from its checkpoint (not counted as a failure)")
+            return RestartDecision(True, message="restarting the preempted group from its checkpoint (not counted as "
+                                                 "a failure)")
         if cause is Cause.PORT_CONFLICT and not self.fixed_ports and self.port_retries < self.max_port_retries:
             self.port_retries += 1
             return RestartDecision(True, message="a task lost its port to another program: retrying with fresh "
@@ -97,7 +98,7 @@ class RestartPolicy:
             return RestartDecision(False, message=f"{self.no_progress} restarts in a row made no progress (no "
                                                   "training step advanced): not restarting")
         self.restarts.append(now)
-        delay = _backoff(self.backoff, self.backoff_max, len(self.restarts) - 1)
+        delay = _backoff(self.backoff, self.backoff_max, len(recent))  # the restarts that still count, as a task's
         why = "the failure looked transient; " if transient else ""
         stalled = f", {self.no_progress} in a row without progress" if self.no_progress else ""
         return RestartDecision(True, delay=delay, counted=True,
