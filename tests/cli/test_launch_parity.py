@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.cli.launch import command as launch_command
-from tfdist.cli.launch_parity import ACROSS_MACHINES, HOSTFILE, RENDEZVOUS
+from tfdist.launch.entry.parity import ACROSS_MACHINES, HOSTFILE, RENDEZVOUS
 from tfdist.cli.main import main
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
@@ -102,7 +102,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
 
 def test_every_option_has_a_row_and_a_case():
     options = _options()
-    assert sorted(ACROSS_MACHINES) == options, "add the new flag to tfdist.cli.launch_parity.ACROSS_MACHINES"
+    assert sorted(ACROSS_MACHINES) == options, "add the new flag to tfdist.launch.entry.parity.ACROSS_MACHINES"
     assert sorted(CASES) == options, "add the new flag to CASES here"
     for name, (_, expected) in CASES.items():
         for mode in MODES:

@@ -105,18 +105,13 @@ class LaunchSpec:
         if not isinstance(self.command, Command):
             object.__setattr__(self, "command", command_from_argv(self.command))
 
-    # Compatibility with the flat names the CLI and older callers use.
-    @property
-    def grace_period(self) -> float:
-        return self.timeouts.grace
 
-    @property
-    def hang_timeout(self) -> float:
-        return self.timeouts.hang
-
-    @property
-    def monitor_interval(self) -> float:
-        return self.timeouts.poll
+def warm_spares_wanted(asked: bool, *, max_restarts: int, elastic: bool, is_python: bool) -> bool:
+    """The one warm-spares rule, for one machine and across machines: spares (processes with TensorFlow already
+    imported, see ``tfdist.launch.process.spare_pool``) only pay when a next group can start (a restart is allowed,
+    or an elastic ``--nnodes MIN:MAX`` job's next round can come with a machine joining or leaving) and when the
+    tasks are Python (a spare is a Python interpreter). ``asked``: ``--warm-spares``."""
+    return asked and (max_restarts > 0 or elastic) and is_python
 
 
 def command_from_argv(argv: Sequence[str]) -> Command:
