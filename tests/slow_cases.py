@@ -11,6 +11,7 @@ from __future__ import annotations
 # Whole modules: nearly every test in them took a second or more.
 SLOW_MODULES = (
     "tests/cli/test_dump_cli.py",
+    "tests/cli/test_launch_firewall_cli.py",
     "tests/cli/test_status_logs_cli.py",
     "tests/integration/test_etcd_backend.py",
     "tests/integration/test_etcd_cluster.py",

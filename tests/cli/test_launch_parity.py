@@ -64,6 +64,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "warm_spares": (["--no-warm-spares"], {HOSTFILE: "--no-warm-spares", RENDEZVOUS: ""}),
     "thread_caps": (["--thread-caps"], {HOSTFILE: "--thread-caps", RENDEZVOUS: "OMP_NUM_THREADS="}),
     "flight_recorder": (["--no-flight-recorder"], {HOSTFILE: "--no-flight-recorder", RENDEZVOUS: ""}),
+    "firewall": (["--firewall"], {HOSTFILE: "--firewall", RENDEZVOUS: ""}),  # each agent loads its own table
     "bootstrap": (["--no-bootstrap"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "restart_after_training": (["--restart-after-training"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "live": (["--live"], {HOSTFILE: REFUSED, RENDEZVOUS: ""}),

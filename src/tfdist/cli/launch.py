@@ -59,6 +59,9 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         help="Before a hung or failed group is stopped, read every task's Python stacks, step and last output and "
         "write hang-attempt-N.txt/.json naming the task that stopped first (across machines: one report on the "
         "machine that serves the rendezvous). Off: stop at once, no report.")
+@option("--firewall", is_flag=True, default=D.firewall,
+        help="Linux, as root: an nftables table admits to the tasks' TensorFlow and metrics ports only the job's "
+        "machines of the current round and loopback (TensorFlow's server has no authentication); removed at the end.")
 @option("--live/--no-live", default=D.live,
         help="One live line per task and a summary at the end [default: when stderr is a terminal].")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")

@@ -67,6 +67,7 @@ class LaunchOptions:
     bootstrap: bool = True
     thread_caps: bool = False
     flight_recorder: bool = True
+    firewall: bool = False  # --firewall: launch/firewall/
     live: bool | None = None  # None: when stderr is a terminal
     # across machines
     hostfile: str | None = None
@@ -214,6 +215,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _o("bootstrap", negative="--no-bootstrap"),
     _o("thread_caps", forward=CHANGED, negative="--no-thread-caps"),
     _o("flight_recorder", forward=CHANGED, negative="--no-flight-recorder"),
+    _o("firewall", forward=CHANGED),  # each agent loads its own machine's table
     _o("live", negative="--no-live"),
     _o("hostfile", str),
     _o("hosts", str),

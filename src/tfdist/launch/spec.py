@@ -65,6 +65,7 @@ class LaunchSpec:
         job_name: a label for logs and metrics.
         flight_recorder: read every task's stacks, step and output before a hung or failed group is stopped, and
             write the ``hang-attempt-N`` report (``tfdist.launch.flight``); False: stop at once, no report.
+        firewall: ``--firewall``: an nftables table admits to the tasks' ports only this job (launch/firewall/).
         timeouts: every wait (see :class:`Timeouts`).
         cluster: the whole job's addresses when given from outside (a per-machine agent of a multi-machine job);
             ``None``: all tasks run here on ports chosen here.
@@ -97,6 +98,7 @@ class LaunchSpec:
     restart_after_training: bool = DEFAULTS.restart_after_training
     job_name: str = DEFAULTS.job_name
     flight_recorder: bool = DEFAULTS.flight_recorder
+    firewall: bool = False
     timeouts: Timeouts = field(default_factory=Timeouts)
     cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)
     local_tasks: tuple[str, ...] | None = None

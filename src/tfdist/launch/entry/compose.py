@@ -60,7 +60,7 @@ def launch_spec(options: LaunchOptions, command: Command, *, host: str | None = 
         launcher_metrics_port=options.launcher_metrics_port, allow_keras3=options.allow_keras3,
         warm_spares=options.warm_spares, thread_caps=options.thread_caps, bootstrap=options.bootstrap,
         restart_after_training=options.restart_after_training, job_name=options.job_name,
-        flight_recorder=options.flight_recorder,
+        flight_recorder=options.flight_recorder, firewall=options.firewall,
         timeouts=Timeouts(grace=options.grace_period, hang=options.hang_timeout))
 
 
@@ -112,4 +112,4 @@ def task_options(options: LaunchOptions, *, named: bool, environ: Mapping[str, s
                        nccl_debug=bool(options.nccl_debug), metrics_port=options.metrics_port,
                        metrics_host=options.metrics_host, tf_log_level=tf_log_level(options.tf_log_level, environ),
                        show_output=bool(options.tee) or options.log_dir is None,
-                       flight_recorder=bool(options.flight_recorder))
+                       flight_recorder=bool(options.flight_recorder), firewall=bool(options.firewall))

@@ -53,6 +53,7 @@ ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     "warm_spares": _both(WORKS),
     "thread_caps": _both(WORKS),  # each machine's cores shared among its own workers
     "flight_recorder": _both(WORKS),  # each agent reads its tasks; the serving machine writes the one report
+    "firewall": _both(WORKS),  # each agent guards its own machine's task ports
     # The task bootstrap runs in every machine's Python tasks; turning it off, and the single-machine rule on failures
     # after training, are not carried to the agents yet.
     "bootstrap": _both("across machines the task bootstrap always runs in Python tasks: drop --no-bootstrap"),

@@ -35,6 +35,7 @@ from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.console.task_output import Console, to_terminal
 from tfdist.launch.seams import OutputSink, Say, TaskMetrics
 from tfdist.protocol import TaskPlan, read_modules
+from tfdist.launch.firewall import Firewall, NoFirewall, firewall_for
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.task_restarts import InPlaceRestarts
@@ -96,6 +97,7 @@ class Supervisor:
         self._local: tuple[str, ...] | None = spec.local_tasks
         self._spares: SparePool | None = None
         self._watcher: Watcher | None = None
+        self.firewall: Firewall | NoFirewall = NoFirewall()  # --firewall (launch/firewall/): loaded by run()
         self._keep: set[int] = set()
         self.group: TaskGroup | None = None
         self.snapshot_dir: str | None = None  # this run's shared-memory folder (runtime.snapshots), see _contain
@@ -108,6 +110,8 @@ class Supervisor:
             UsageError: a port the job needs is taken (before anything started).
         """
         check_ports(self.spec, count_tasks(self.spec))
+        self.firewall = firewall_for(self.spec.firewall, self.spec.job_name, [self.spec.launcher_metrics_port],
+                                     say=self._say)  # --firewall: open (exit 2 where it cannot)
         self.stops.install()
         try:
             self._contain()
@@ -145,6 +149,7 @@ class Supervisor:
     def run_round(self, attempt: int) -> Attempt:
         """One attempt: start the local tasks, watch them until the rules end the attempt, stop them."""
         plans = self._plans(attempt)
+        self.firewall.admit_round(plans)  # --firewall: this attempt's ports, open to its cluster's machines only
         attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
         group = self.group = TaskGroup(plans, attempt=attempt, attempt_dir=attempt_dir, base_env=self.environ,
                                        console=self.console, spares=self._spares)
@@ -334,6 +339,7 @@ class Supervisor:
         if self._spares is not None:
             self._spares.discard_all()
         kill_strays(self._keep)
+        self.firewall.close()  # --firewall: after the tasks are gone
         remove_snapshot_folder(self.snapshot_dir)  # after kill_strays: no task is left to write into it
         if self._watcher is not None:
             self._watcher.close()
