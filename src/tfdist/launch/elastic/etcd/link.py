@@ -140,7 +140,7 @@ class EtcdLink:
                 continue
             if isinstance(message, M.Round):
                 self._round_seen = max(self._round_seen, message.round)
-            if isinstance(message, M.Finish) and raw.get("coordinator") == self.name:
+            if isinstance(message, M.Finish) and message.coordinator == self.name:
                 message = replace(message, print_report=True)  # the coordinator's machine prints the report
             self._inbox.put(message)
 
