@@ -17,7 +17,8 @@ import pytest
 from tests.unit.elastic.tcp import rdzv_peer
 from tests.unit.elastic.tcp.rdzv_peer import SECRET, VERSIONS, keeping_alive, live_server, member, next_of
 from tfdist.launch.elastic.messages import protocol as M
-from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+from tfdist.launch.elastic.agent.agent import AgentSpec
+from tfdist.launch.elastic.backends import Agent
 from tfdist.launch.local.ports import free_ports
 from tfdist.launch.outcome import Outcome, RunState
 from tfdist.protocol import Command

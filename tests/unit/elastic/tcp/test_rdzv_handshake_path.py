@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.unit.elastic.tcp.rdzv_peer import exact_reader, SECRET, live_server, wait_until
+from tests.unit.elastic.tcp.rdzv_peer import SECRET, exact_reader, live_server, server_handshake, wait_until
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire
@@ -42,7 +42,7 @@ class Recording:
 def _sessions(first: bytes | None = None):
     agent_sock, server_sock = socket.socketpair()
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(session=auth.server_handshake(server_sock, SECRET)))
+    thread = threading.Thread(target=lambda: result.update(session=server_handshake(server_sock, SECRET)))
     thread.start()
     recording = Recording(agent_sock)
     agent = auth.agent_handshake(recording, SECRET, first=first)  # type: ignore[arg-type]
@@ -187,7 +187,7 @@ def test_a_server_that_proves_the_secret_but_never_welcomes_does_not_hold_the_ag
     def prove_then_say_nothing() -> None:
         conn, _ = listener.accept()
         held.append(conn)
-        auth.server_handshake(conn, SECRET)  # proves the secret, reads nothing more, never answers the join
+        server_handshake(conn, SECRET)  # proves the secret, reads nothing more, never answers the join
 
     threading.Thread(target=prove_then_say_nothing, daemon=True).start()
     link = RendezvousLink("127.0.0.1", "127.0.0.1", listener.getsockname()[1], 0.5, secret=SECRET)

@@ -30,9 +30,9 @@ from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, rout
 from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.launch.local.stops import StopRequests
 from tfdist.protocol import Command
-from tfdist.launch.elastic.backend import RendezvousBackend
-from tfdist.launch.elastic.tcp.client import Lost, Refused, RendezvousLink, stdin_closed
-from tfdist.launch.elastic.tcp.server import RendezvousServer
+from tfdist.launch.elastic.backend import (
+    Backends, LinkConf, Lost, Refused, RendezvousBackend, ServedRendezvous, stdin_closed,
+)
 from tfdist.launch.elastic.agent.backup_copy import BackupStore
 from tfdist.launch.elastic.agent.snapshot_copy import SnapshotCopy
 from tfdist.launch.options import DEFAULTS
@@ -46,7 +46,6 @@ from tfdist.validate import LINE_MAX, printable
 
 if TYPE_CHECKING:
     from tfdist.cluster.placement import RoleCounts
-    from tfdist.launch.elastic.etcd.store import EtcdConf
     from tfdist.observability.launcher_metrics import LauncherMetrics
 
 
@@ -79,7 +78,7 @@ class AgentSpec:
     watch_stdin: bool = False
     versions: dict[str, str] = field(default_factory=dict)
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
-    etcd: EtcdConf | None = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
+    etcd: LinkConf | None = None  # an etcd.store.EtcdConf: the etcd backend instead of the built-in server
     secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
     restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
     backoff: float = 0.0
@@ -96,10 +95,11 @@ class AgentSpec:
 
 
 class Agent:
-    def __init__(self, spec: AgentSpec, *, say: Say = to_terminal) -> None:
+    def __init__(self, spec: AgentSpec, *, backends: Backends, say: Say = to_terminal) -> None:
         self.spec = spec
         self.write_line = say  # where its lines go, never printed here (the CLI: the terminal's stderr)
-        self.server: RendezvousServer | None = None
+        self.backends = backends  # its rendezvous backends, composed from above (elastic/backends.py)
+        self.server: ServedRendezvous | None = None
         self.group: RoundGroup | None = None
         self.make_group: Callable[..., RoundGroup] = NodeGroup  # a round's group (tests pass a stand-in)
         self.round = -1
@@ -136,13 +136,9 @@ class Agent:
                                           restart_window=spec.restart_window, backoff=spec.backoff)
 
     def _open_link(self, rdzv_ip: str) -> RendezvousBackend:
-        if self.spec.etcd is not None:
-            from tfdist.launch.elastic.etcd.link import EtcdLink
-
-            return EtcdLink(self.spec.etcd, self._settings(), secret=self.spec.secret or None,
-                            watch_stdin=self.spec.watch_stdin, say=self.say)
-        return RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port, self.spec.node_timeout,
-                              secret=self.spec.secret, watch_stdin=self.spec.watch_stdin, say=self.say, here=self.server)
+        spec = self.spec
+        return self.backends.link(self._settings(), spec.endpoint_host, rdzv_ip, spec.endpoint_port, conf=spec.etcd,
+                                  secret=spec.secret, watch_stdin=spec.watch_stdin, say=self.say, here=self.server)
 
     def _maybe_serve(self, rdzv_ip: str) -> None:
         if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):
@@ -151,10 +147,11 @@ class Agent:
         say = lambda m: self.write_line(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
         recorder = flight_agent.job_recorder(self.spec.tasks.flight_recorder, self.log_dir, self.run_id, say)
         try:
-            self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
-                                           say=say, recorder=recorder).start()
+            self.server = self.backends.serve(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
+                                              say=say, recorder=recorder)
         except OSError:
             self.server = None  # another agent on this machine serves it
+        if self.server is None:
             return
         self.say(f"serving the rendezvous for job {self.spec.job} on {self.server.endpoint}")
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.backend import Sender
-from tfdist.launch.elastic.tcp.wire import FILE_CHUNK
+from tfdist.launch.elastic.messages.fields import FILE_CHUNK
 
 # tf-keras' name for the folder the chief writes and every worker restores from (worker_training_state.py).
 CHIEF_FOLDER = "chief"
@@ -66,11 +66,6 @@ def sha256_of(path: str) -> tuple[str, int]:
             digest.update(block)
             size += len(block)
     return digest.hexdigest(), size
-
-
-def counter(name: str) -> int:
-    found = re.search(r"(\d+)\Z", name)
-    return int(found.group(1)) if found else -1
 
 
 def stream_files(folder: str, names: list[str], channel: Sender) -> None:

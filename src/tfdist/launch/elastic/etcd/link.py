@@ -20,11 +20,10 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from tfdist.launch.elastic.messages import protocol as M
-from tfdist.launch.elastic.backend import FileSource
+from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed
 from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-from tfdist.launch.elastic.tcp.client import Lost, Refused, stdin_closed
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
