@@ -18,6 +18,7 @@ from tests.integration.etcd_cluster import LocalEtcd, why_no_etcd
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.elastic.tcp.client import Refused
+from tfdist.launch.outcome import Outcome
 
 SECRET = b"job-secret-for-the-contract"
 
@@ -127,7 +128,7 @@ class Member:
         link.connect(dict(job=self.job or self.rendezvous.job.job, name=f"m{self.index}", node_rank=self.index,
                           address=self.address or f"127.0.0.{self.index + 1}", slots=1, versions={}),
                      time.monotonic() + 20, lambda: False)
-        link.send("ready", ports=[20000 + self.index], backup=None)
+        link.send(M.Ready(ports=[20000 + self.index]))
         current: int | None = None
         while True:
             message = link.next_message(0.05)
@@ -135,18 +136,18 @@ class Member:
                 self.messages.append(message)
                 if isinstance(message, M.Round):
                     current = message.round
-                    link.send("training", round=current)
+                    link.send(M.Training(round=current))
                 elif isinstance(message, M.Stop):
                     if current is not None:
-                        link.send("exited", round=current, outcome="stopped", step=1, detail="stopped")
+                        link.send(M.Exited(round=current, outcome=Outcome("stopped"), step=1, detail="stopped"))
                     current = None
-                    link.send("ready", ports=[20000 + self.index], backup=None)
+                    link.send(M.Ready(ports=[20000 + self.index]))
                 elif isinstance(message, M.Finish):
                     link.close()
                     return message
             if current is not None and not self.exits.empty():
                 outcome = self.exits.get()
-                link.send("exited", round=current, outcome=outcome, step=5, detail=f"worker:0 {outcome}")
+                link.send(M.Exited(round=current, outcome=Outcome(outcome), step=5, detail=f"worker:0 {outcome}"))
                 current = None
 
     def leave(self) -> None:

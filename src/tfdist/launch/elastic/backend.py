@@ -25,9 +25,9 @@ BACKENDS = ("tfdist", "etcd")
 
 
 class Sender(Protocol):
-    """Where an upload's chunks go: ``send(kind, **fields)``; False: stop sending."""
+    """Where an upload's chunks go: ``send(message)`` (a ``file`` message); False: stop sending."""
 
-    def send(self, kind: str, **fields: Any) -> bool | None: ...
+    def send(self, message: Message) -> bool | None: ...
 
 
 class FileSource(Protocol):
@@ -47,8 +47,8 @@ class RendezvousBackend(Protocol):
         """The next message, or None after ``timeout``. Raises Lost when the rendezvous is gone; a Lost whose
         ``graceful`` is true lets the workers save first (the peers are not the ones that went away)."""
 
-    def send(self, kind: str, **fields: Any) -> None:
-        """Queue one message (never blocks on the network for long)."""
+    def send(self, message: Message) -> None:
+        """Queue one typed message, checked as its receiver will check it (never blocks on the network for long)."""
 
     def upload(self, request: Send, store: FileSource) -> None:
         """Stream the files a ``send`` request names from ``store``."""

@@ -228,7 +228,7 @@ def test_a_members_round_and_keep_alives_go_out_from_the_tick_thread_with_no_wri
         try:
             wait_until(lambda: len(server._channels) == 1, what="the server to register the member")
             (channel,) = server._channels.values()
-            link.send("ready", ports=[20000], backup=None)
+            link.send(M.Ready(ports=[20000]))
             kinds: list[str] = []
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline:
@@ -252,8 +252,8 @@ def test_what_the_agent_sends_right_after_its_welcome_arrives_in_order_with_no_w
         try:
             # At once: queued while the reader releases the channel (then written by the releasing reader), or
             # written by this thread after it; either way in order, and no thread is started to write them.
-            assert link.send("ready", ports=[20000], backup=None)
-            assert link.send("training", round=0)
+            assert link.send(M.Ready(ports=[20000]))
+            assert link.send(M.Training(round=0))
             wait_until(lambda: any(n.ready for n in server.policy.nodes.values()), 10.0, "the ready to arrive")
             assert link.channel._writer is None
         finally:

@@ -162,7 +162,8 @@ class Agent:
             ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
         snapshot = SnapshotCopy(self.snapshots.path).manifest() if self.snapshots and self.snapshots.path else None
-        self.link.send("ready", ports=ports, backup=backup, snapshot=snapshot)
+        self.link.send(M.Ready(ports=ports, backup=None if backup is None else M.Backup.check(backup),
+                               snapshot=snapshot))
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _signalled(self) -> int | None:
@@ -332,7 +333,7 @@ class Agent:
             return
         if not group.reported_training and group.training():
             group.reported_training = True
-            self.link.send("training", round=self.round)
+            self.link.send(M.Training(round=self.round))
         if group.reported_training and not group.spares_filled and group.progressed():
             group.spares_filled = True
             self._fill_spares(group)
@@ -367,7 +368,7 @@ class Agent:
     def _report_exit(self, outcome: Outcome, step: int | None, detail: str) -> None:
         self._task_states(outcome.value)
         step = step if step is None or step >= 0 else None
-        self.link.send("exited", round=self.round, outcome=outcome.value, step=step, detail=detail[:4096])
+        self.link.send(M.Exited(round=self.round, outcome=outcome, step=step, detail=detail[:4096]))
 
     def _finish(self, message: M.Finish) -> int:
         status = message.status

@@ -70,7 +70,7 @@ def sha256_of(path: str) -> tuple[str, int]:
 
 def stream_files(folder: str, names: list[str], channel: Sender) -> None:
     """Send ``names`` (already checked against their pattern) from ``folder``, chunk by chunk, through
-    ``channel.send(kind, **fields)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
+    ``channel.send(file_message)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
     the receivers time out and say "not restored"."""
     for position, name in enumerate(names):
         try:
@@ -81,8 +81,8 @@ def stream_files(folder: str, names: list[str], channel: Sender) -> None:
             while True:
                 chunk = handle.read(FILE_CHUNK)
                 end = len(chunk) < FILE_CHUNK
-                if channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
-                                last=end and position == len(names) - 1) is False:
+                if channel.send(M.File(name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
+                                       last=end and position == len(names) - 1)) is False:
                     return
                 if end:
                     break
@@ -183,8 +183,8 @@ class BackupStore:
 
     # -- sending -------------------------------------------------------------------------------------------------
     def upload(self, channel: Sender, request: M.Send) -> None:
-        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(kind,
-        **fields)`` (False: stop). Only backup file names, only regular files."""
+        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(file_message)``
+        (False: stop). Only backup file names, only regular files."""
         stream_files(self.folder, [n for n in request.files if M.BACKUP_FILE.fullmatch(n)], channel)
 
     # -- receiving -----------------------------------------------------------------------------------------------

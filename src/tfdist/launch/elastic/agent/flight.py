@@ -35,7 +35,7 @@ def send(link: RendezvousBackend, spec: AgentSpec, message: Evidence) -> None:
     """Send ``message`` to the rendezvous over ``link``; the etcd backend (``spec.etcd``) carries no evidence: each
     machine keeps its own report there."""
     if spec.etcd is None:
-        link.send(message.TYPE, **message.fields())
+        link.send(message)
 
 
 def unasked(round_: int, report: HangReport, watchdog: str | None) -> Evidence:

@@ -322,6 +322,12 @@ def make(kind: str, **fields: Any) -> Message:
     return cls.check({"v": VERSION, "type": kind, **fields})
 
 
+def checked(message: Message) -> Message:
+    """``message`` as its receiver will check it (raises ProtocolError): a link checks what it sends, so a bad
+    message fails where it was made, never at the peer (which would drop the connection)."""
+    return type(message).check(message.fields())
+
+
 def from_fields(raw: dict[str, Any]) -> Message:
     """The message ``raw`` (``{"type": ..., **fields}``, as the etcd backend carries it) checked as :func:`decode`
     checks a frame's. Raises ProtocolError."""

@@ -180,12 +180,12 @@ class RendezvousLink:
         self._last_heard = time.monotonic()
         return message
 
-    def send(self, kind: str, **fields: Any) -> bool:
+    def send(self, message: M.Message) -> bool:
         """Queue one message; a chunk (``file``) waits up to node_timeout for room (the upload's pace)."""
         if self.channel is None:
             return False
-        bulk = kind == "file"
-        return self.channel.send(M.make(kind, **fields), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
+        bulk = isinstance(message, M.File)
+        return self.channel.send(M.checked(message), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
 
     def upload(self, request: M.Send, store: FileSource) -> None:
         if self.channel is not None:
