@@ -12,7 +12,7 @@ from tests.conftest import REPO_ROOT
 from tfdist.cli.launch import command as launch_command
 from tfdist.cli.main import main
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.agent.agent import AgentSpec
+from tfdist.launch.elastic.agent.spec import AgentSpec
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.cli.launch_parity import ACROSS_MACHINES
 from tfdist.launch.options import ALWAYS, BY_NAME, CHANGED, DEFAULTS, OPTIONS, LaunchOptions, Mode, from_argv

@@ -10,6 +10,7 @@ from typing import Callable
 
 from tfdist.launch.console.task_output import to_terminal
 from tfdist.launch.elastic.agent import agent as agent_room
+from tfdist.launch.elastic.agent.spec import AgentSpec
 from tfdist.launch.elastic.backend import LinkConf, RendezvousBackend, ServedRendezvous
 from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
@@ -40,5 +41,5 @@ class BuiltInBackends:
 class Agent(agent_room.Agent):
     """One machine's agent with the built-in backends."""
 
-    def __init__(self, spec: agent_room.AgentSpec, *, say: Say = to_terminal) -> None:
+    def __init__(self, spec: AgentSpec, *, say: Say = to_terminal) -> None:
         super().__init__(spec, backends=BuiltInBackends(), say=say)

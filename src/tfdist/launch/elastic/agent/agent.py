@@ -15,7 +15,6 @@ import socket
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from tfdist.launch.elastic.agent import flight as flight_agent, machine_run
@@ -23,19 +22,19 @@ from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
 from tfdist.cluster.placement import counts_text
-from tfdist.launch.elastic.agent.node_group import NodeGroup, RoundGroup, TaskOptions
+from tfdist.launch.elastic.agent.phases import AgentPhase
+from tfdist.launch.elastic.agent.spec import AgentSpec  # noqa: F401 - re-exported (its users import it here)
+from tfdist.launch.elastic.agent.node_group import NodeGroup, RoundGroup
 from tfdist.launch.elastic.rendezvous.round_roles import describe, local_tasks, round_layout
 from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.launch.local.stops import StopRequests
-from tfdist.protocol import Command
 from tfdist.launch.elastic.backend import (
-    Backends, LinkConf, Lost, Refused, RendezvousBackend, ServedRendezvous, stdin_closed,
+    Backends, Lost, Refused, RendezvousBackend, ServedRendezvous, stdin_closed,
 )
 from tfdist.launch.elastic.agent.backup_copy import BackupStore
 from tfdist.launch.elastic.agent.snapshot_copy import SnapshotCopy
-from tfdist.launch.options import DEFAULTS
 from tfdist.launch.outcome import Outcome, RunState
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
@@ -45,53 +44,7 @@ from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
 
 if TYPE_CHECKING:
-    from tfdist.cluster.placement import RoleCounts
     from tfdist.observability.launcher_metrics import LauncherMetrics
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """What one machine's agent needs. ``command`` is what every local task runs."""
-
-    job: str
-    endpoint_host: str
-    endpoint_port: int
-    min_nodes: int
-    max_nodes: int
-    slots: int
-    command: Command
-    node_rank: int | None = None
-    node_address: str | None = None
-    node_name: str | None = None
-    node_timeout: float = DEFAULTS.node_timeout
-    rdzv_timeout: float = DEFAULTS.rdzv_timeout
-    first_round_wait: float = DEFAULTS.rdzv_last_call
-    grace_period: float = DEFAULTS.grace_period
-    hang_timeout: float = DEFAULTS.hang_timeout
-    gpus_per_task: int | None = None
-    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (process/spare_pool.py)
-    max_restarts: int = DEFAULTS.max_restarts
-    env: tuple[tuple[str, str], ...] = ()
-    log_dir: str | None = None
-    legacy_keras: bool = False
-    checkpoint_dir: str | None = None
-    watch_stdin: bool = False
-    versions: dict[str, str] = field(default_factory=dict)
-    serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
-    etcd: LinkConf | None = None  # an etcd.store.EtcdConf: the etcd backend instead of the built-in server
-    secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
-    restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
-    backoff: float = 0.0
-    port_base: int | None = None  # --port-base: this machine's workers listen on consecutive ports from here
-    launcher_metrics_port: int | None = None  # this agent's own metrics (rounds, its workers' states)
-    tasks: TaskOptions = field(default_factory=TaskOptions)
-    roles: RoleCounts | None = None  # a RoleCounts (--chief/--ps/--evaluator): tasks placed by round_roles; None: workers only
-    node_roles: tuple[str, ...] = ()  # the roles this machine is pinned to (host file roles=, --node-roles)
-
-    @property
-    def job_name(self) -> str:
-        """The label of the run record and metrics: ``--job-name``, else the job id."""
-        return self.tasks.job_name or self.job
 
 
 class Agent:
@@ -118,6 +71,13 @@ class Agent:
         self.metrics: LauncherMetrics | None = None  # with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
+        self.phase = AgentPhase.JOINING  # where this agent is (phases.py); phases: the way it went
+        self.phases: list[AgentPhase] = [AgentPhase.JOINING]
+
+    def _enter(self, phase: AgentPhase) -> None:
+        if phase is not self.phase:
+            self.phase = phase
+            self.phases.append(phase)
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
@@ -189,6 +149,7 @@ class Agent:
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
+            self._enter(AgentPhase.DONE)
             if self.snapshots is not None:
                 self.snapshots.remove()
             self._discard_spares()
@@ -233,11 +194,13 @@ class Agent:
             except TimeoutError as late:
                 self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
                 return int(ExitStatus.TASK_FAILED)
+            self._enter(AgentPhase.WAITING)
             self.say(f"joined job {self.spec.job} at {self.link.where} as {address} with {self.spec.slots} worker(s)")
             self._ready(address)
             try:
                 return self._serve_rounds(address)
             except Lost as lost:
+                self._enter(AgentPhase.REJOINING)
                 if self.group is not None:
                     # Graceful when the rendezvous itself went away (etcd): the peers can still save together.
                     self.group.stop(graceful=bool(getattr(lost, "graceful", False)))
@@ -281,13 +244,17 @@ class Agent:
     def _start_round(self, message: M.Round) -> None:
         self.round, self.node_rank = message.round, message.node_rank
         restore = message.restore
+        if (restore and self.backups is not None) or (message.snapshot and self.snapshots is not None):
+            self._enter(AgentPhase.RESTORING)
         if restore and self.backups is not None:
             restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
             if other is not None:  # the round was stopped before it started here
                 self._deferred = other
+                self._enter(AgentPhase.WAITING)
                 return
             if not restored:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
+                self._enter(AgentPhase.WAITING)
                 self._ready(self.address)
                 return
         copy = message.snapshot  # the survivors' in-memory snapshot, taken in before the tasks start
@@ -296,6 +263,7 @@ class Agent:
                                                                      self.say)
             if other is not None:
                 self._deferred = other
+                self._enter(AgentPhase.WAITING)
                 return
         roles, placed = {}, ""
         if self.spec.roles is not None:  # every agent places the round's tasks by the same rule
@@ -311,6 +279,7 @@ class Agent:
             snapshot_dir=self.snapshots.path if self.snapshots else None,
             options=self.spec.tasks, say=self.say)
         self.group.start()
+        self._enter(AgentPhase.RUNNING)
         self.state = RunState.RUNNING
         if self.metrics is not None and self.round > 0:
             self.metrics.restart()
@@ -321,10 +290,12 @@ class Agent:
     def _stop_round(self, message: M.Stop, address: str) -> None:
         graceful = message.graceful
         if self.group is not None and message.round == self.round:
+            self._enter(AgentPhase.STOPPING)
             self.say(f"stopping round {self.round}{' (saving first)' if graceful else ''}: {message.reason}")
             outcome = self.group.stop(graceful=graceful)
             self._report_exit(outcome, self.group.step(), "stopped by the rendezvous")
             self.group = None
+        self._enter(AgentPhase.WAITING)
         self._ready(address)
 
     def _watch_group(self) -> None:
@@ -345,9 +316,11 @@ class Agent:
             flight_agent.send(self.link, self.spec, flight_agent.unasked(self.round, *group.flight))
         # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
         # agent can exit; a success lets the other workers here end on their own first.
+        self._enter(AgentPhase.STOPPING)
         group.end()
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
+        self._enter(AgentPhase.WAITING)
         if outcome_name is not Outcome.SUCCEEDED:
             self._ready(self.address)
 
@@ -377,6 +350,7 @@ class Agent:
             # their last lines and exiting, so they get the grace period to end on their own (killing them here
             # lost those lines); after a failure nothing they do matters any more.
             self.state = RunState.FINISHING
+            self._enter(AgentPhase.STOPPING)
             if status == 0:
                 self.group.finish(self.spec.grace_period)
             else:
@@ -390,6 +364,7 @@ class Agent:
     def _leave_on_signal(self) -> None:
         """Stopped from outside on this machine: save (the peers take part), report, leave."""
         if self.group is not None:
+            self._enter(AgentPhase.STOPPING)
             outcome = self.group.stop(graceful=True)
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None

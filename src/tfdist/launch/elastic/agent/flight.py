@@ -12,7 +12,7 @@ from tfdist.launch.flight import transfer
 from tfdist.launch.flight.evidence import TaskEvidence
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
     from tfdist.launch.elastic.backend import RendezvousBackend
     from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
     from tfdist.launch.elastic.agent.node_group import RoundGroup, TaskOptions
