@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,9 @@ import pytest
 
 from tests.unit.elastic.tcp.rdzv_peer import SECRET, VERSIONS, live_server, wait_until
 from tfdist.launch.elastic.tcp import auth
+from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
 from tfdist.launch.elastic.tcp.client import RendezvousLink
+from tfdist.launch.elastic.tcp.server import RendezvousServer
 
 BURST = 256
 
@@ -259,3 +262,49 @@ def test_a_source_that_failed_a_proof_holds_at_most_four_challenged_connections(
         assert fifth.recv(64) == auth.BUSY
         for sock in [*honest, liar, *held, fifth]:
             sock.close()
+
+
+def test_an_agent_started_before_its_rendezvous_waits_for_it_and_joins():
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # free once closed: nobody listens there for a while
+    link = RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, secret=SECRET)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(_try(link, 20)), daemon=True)
+    thread.start()
+    wait_until(lambda: link.tries >= 2, what="a second try after 'connection refused'")
+    settings = RendezvousSettings(job="job", min_nodes=1, max_nodes=1, node_timeout=10.0, rdzv_timeout=60.0,
+                                  first_round_wait=0.0)
+    server = RendezvousServer(settings, "127.0.0.1", port, secret=SECRET).start()
+    try:
+        thread.join(20)
+        assert outcome == ["joined"] and server.member_names() == {"early"}
+    finally:
+        link.close()
+        server.close()
+
+
+def _try(link: RendezvousLink, patience: float) -> object:
+    try:
+        link.connect(_join("early"), time.monotonic() + patience, lambda: False)
+        return "joined"
+    except Exception as bad:  # noqa: BLE001 - the test looks at what came out
+        return bad
+
+
+def test_a_reset_during_the_handshake_is_tried_again_and_named_not_blamed_on_the_secret():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        def reset_each() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                conn.recv(64)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a RST
+                conn.close()
+
+        threading.Thread(target=reset_each, daemon=True).start()
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", listener.getsockname()[1], 10.0, secret=SECRET)
+        outcome = _try(link, 0.5)
+    assert isinstance(outcome, TimeoutError) and "reset" in str(outcome) and "secret" not in str(outcome)
+    assert link.tries > 1
