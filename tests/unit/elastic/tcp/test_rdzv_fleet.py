@@ -308,3 +308,31 @@ def test_a_reset_during_the_handshake_is_tried_again_and_named_not_blamed_on_the
         outcome = _try(link, 0.5)
     assert isinstance(outcome, TimeoutError) and "reset" in str(outcome) and "secret" not in str(outcome)
     assert link.tries > 1
+
+
+def test_a_burst_of_strangers_during_a_running_job_costs_the_members_nothing_and_a_newcomer_gets_in(monkeypatch):
+    monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)
+    said: list[str] = []
+    with live_server(said=said, min_nodes=8, max_nodes=9, node_timeout=10.0) as server:
+        members = burst(server.address[1], [fleet_address(i) for i in range(8)], patience=20)
+        try:
+            assert all(isinstance(m, RendezvousLink) for m in members), [repr(m) for m in members]
+            for index, member in enumerate(members):
+                member.send("ready", ports=[20000 + index])
+            wait_until(lambda: server.policy.round >= 0, what="the first round")
+            stop = threading.Event()
+            with _flood(server.address[1], [f"127.9.0.{i + 1}" for i in range(20)], stop) as opened:
+                stalled = [_challenged(server, f"127.9.1.{i + 1}") for i in range(20)]  # hellos, never a proof
+                wait_until(lambda: sum(opened) >= 80, what="the flood under way")
+                newcomer = RendezvousLink("127.0.0.1", "127.0.0.1", server.address[1], 10.0, secret=SECRET,
+                                          source=fleet_address(8))
+                try:
+                    newcomer.connect(_join("newcomer"), time.monotonic() + 20, lambda: False)
+                    assert newcomer.tries == 1
+                    assert len(server.member_names()) == 9 and not any("lost node" in line for line in said)
+                finally:
+                    newcomer.close()
+                    for sock in stalled:
+                        sock.close()
+        finally:
+            _close(members)
