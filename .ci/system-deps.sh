@@ -2,12 +2,12 @@
 # System packages the tests use: a real Slurm (slurm-wlm + munge), a real Prometheus server (and promtool), and the
 # shells whose completion scripts are checked, tmux for the live view, OpenSSH + iproute2 for the emulated
 # machines, and etcd (etcd-server; etcd-client's etcdctl is used by fixtures only; openssl makes their test
-# certificates) for the etcd rendezvous backend.
+# certificates) for the etcd rendezvous backend, and nftables (nft) for --firewall's tests.
 # `make test` runs this first, as CI does, so the README's test command runs what CI runs. Where it cannot install
 # (not root, or no apt-get) it says so in one line, with the command that would, and `--check` repeats that line
 # after the tests.
 set -uo pipefail
-wanted=(slurm-wlm munge prometheus zsh fish tmux openssh-server openssh-client iproute2 etcd-server etcd-client openssl)
+wanted=(slurm-wlm munge prometheus zsh fish tmux openssh-server openssh-client iproute2 etcd-server etcd-client openssl nftables)
 missing=()
 for p in "${wanted[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 ((${#missing[@]})) || exit 0

@@ -26,6 +26,11 @@ def alternate(rounds: int, candidates: Sequence[tuple[str, Callable[[], float]]]
     return results
 
 
+def load() -> str:
+    """The machine's 1-minute load average, printed with every figure: the benches share the machine."""
+    return f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

@@ -1,7 +1,10 @@
 """Benchmark for `tfdist launch` (issue: foundation).
 
-(a) End-to-end wall time of `tfdist launch -n 2 -m tfdist.examples.digits` against the same script started by a plain
-    shell script that exports TF_CONFIG by hand; alternating rounds, median ratio (goal <= 1.05).
+(a) End-to-end wall time of `tfdist launch -n 2 -m tfdist.examples.digits` (default flags, so in-memory snapshots on)
+    and of the same launch with TFDIST_SNAPSHOTS=0, against the same script started by a plain shell script that
+    exports TF_CONFIG by hand; alternating rounds, median ratios (goal <= 1.05). Also worker 0's ``fit`` alone (the
+    script's own ``train_seconds``) for the three, median ratios (goal <= 1.05), and what snapshots cost the training
+    thread (the task's own breakdown line). Every figure is printed with the machine's load (1-minute average).
 (b) Time from SIGKILL of one worker until tfdist has torn the whole group down (goal <= 1 s), and, for comparison,
     how long the surviving worker of the hand-started pair takes to notice on its own (capped).
 (c) The task bootstrap's cost (issue 24): a plain multi-worker Keras script (bench/_plain_fit.py, tiny steps) under
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from _common import PYTHON, QUIET_TF, REPO, alternate, median, median_ratio
+from _common import PYTHON, QUIET_TF, REPO, alternate, load, median, median_ratio
 
 DIGITS = str(REPO / "src" / "tfdist" / "examples" / "digits.py")
 SHELL_BASELINE = """#!/usr/bin/env bash
@@ -58,13 +61,33 @@ def script_args(model_dir: str, epochs: int, steps: int) -> list[str]:
             "--no-tensorboard"]
 
 
-def run_tfdist(epochs: int, steps: int) -> float:
+# Worker 0's fit seconds and its snapshot breakdown per candidate, filled by the runs below (alternate() collects
+# only what each run returns: its wall time).
+FIT: dict[str, list[float]] = {}
+BREAKDOWN: dict[str, list[str]] = {}
+
+
+def _fit_seconds(name: str, log: str, other: str = "") -> None:
+    """Worker 0's fit seconds from its log; the snapshot cost line from either worker's."""
+    if "train_seconds=" not in log:
+        raise RuntimeError(f"{name}: the digits job printed no train_seconds: {log[-2000:]!r}")
+    FIT.setdefault(name, []).append(float(log.split("train_seconds=")[1].split()[0]))
+    BREAKDOWN.setdefault(name, []).extend(line for line in (log + other).splitlines()
+                                          if line.startswith("tfdist: snapshots cost"))
+
+
+def run_tfdist(epochs: int, steps: int, snapshots: bool = True, name: str = "tfdist", flags: tuple[str, ...] = ()
+               ) -> float:
     with tempfile.TemporaryDirectory() as tmp:
+        env = QUIET_TF if snapshots else {**QUIET_TF, "TFDIST_SNAPSHOTS": "0"}
         start = time.perf_counter()
-        subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", "--",
-                        *script_args(f"{tmp}/m", epochs, steps)], env=QUIET_TF, check=True,
+        subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags, "--",
+                        *script_args(f"{tmp}/m", epochs, steps)], env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        logs = [Path(tmp, "logs", "attempt-0", f"worker-{i}.log").read_text() for i in (0, 1)]
+        _fit_seconds(name, logs[0], logs[1])  # the machine's snapshot writer is whichever claimed the folder first
+        return elapsed
 
 
 def write_shell(tmp: str, epochs: int, steps: int) -> str:
@@ -80,7 +103,9 @@ def run_shell(epochs: int, steps: int) -> float:
         path = write_shell(tmp, epochs, steps)
         start = time.perf_counter()
         subprocess.run(["bash", path], env=QUIET_TF, check=True)
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        _fit_seconds("shell", Path(tmp, "w0.log").read_text())
+        return elapsed
 
 
 def _wait_for_training(paths: list[Path], timeout: float = 120) -> None:
@@ -218,6 +243,39 @@ def flight_cost(rounds: int, calls: int = 2000) -> float:
     return ratio
 
 
+def end_to_end(rounds: int, epochs: int, steps: int) -> dict[str, float]:
+    """(a): wall and fit of tfdist (default flags), tfdist with TFDIST_SNAPSHOTS=0, tfdist with --no-warm-spares
+    (the spares import TensorFlow while the first attempt trains: 4.7 s of CPU each here) and the shell,
+    alternating."""
+    print(f"(a) end-to-end, {rounds} alternating rounds, digits {epochs}x{steps} steps on 2 workers "
+          f"(load {load()})")
+    FIT.clear()
+    BREAKDOWN.clear()
+    wall = alternate(rounds, [("tfdist", lambda: run_tfdist(epochs, steps)),
+                              ("tfdist-no-snapshots", lambda: run_tfdist(epochs, steps, False, "tfdist-no-snapshots")),
+                              ("tfdist-no-spares", lambda: run_tfdist(epochs, steps, True, "tfdist-no-spares",
+                                                                      ("--no-warm-spares",))),
+                              ("shell", lambda: run_shell(epochs, steps))])
+    out = {"e2e_ratio": median_ratio(wall["tfdist"], wall["shell"]),
+           "e2e_no_snapshots_ratio": median_ratio(wall["tfdist-no-snapshots"], wall["shell"]),
+           "fit_ratio": median_ratio(FIT["tfdist"], FIT["shell"]),
+           "fit_no_snapshots_ratio": median_ratio(FIT["tfdist-no-snapshots"], FIT["shell"]),
+           "e2e_no_spares_ratio": median_ratio(wall["tfdist-no-spares"], wall["shell"]),
+           "fit_no_spares_ratio": median_ratio(FIT["tfdist-no-spares"], FIT["shell"])}
+    print(f"    end to end: median tfdist {median(wall['tfdist']):.2f}s, without snapshots "
+          f"{median(wall['tfdist-no-snapshots']):.2f}s, shell {median(wall['shell']):.2f}s; median ratios "
+          f"{out['e2e_ratio']:.3f} and {out['e2e_no_snapshots_ratio']:.3f} (goal <= 1.05) (load {load()})")
+    print(f"    fit alone (worker 0): median tfdist {median(FIT['tfdist']):.3f}s, without snapshots "
+          f"{median(FIT['tfdist-no-snapshots']):.3f}s, shell {median(FIT['shell']):.3f}s; median ratios "
+          f"{out['fit_ratio']:.3f} and {out['fit_no_snapshots_ratio']:.3f} (goal <= 1.05)")
+    print(f"    with --no-warm-spares: end to end {median(wall['tfdist-no-spares']):.2f}s, fit "
+          f"{median(FIT['tfdist-no-spares']):.3f}s; median ratios {out['e2e_no_spares_ratio']:.3f} and "
+          f"{out['fit_no_spares_ratio']:.3f} (load {load()})")
+    for line in BREAKDOWN.get("tfdist", [])[:1] + BREAKDOWN.get("tfdist", [])[-1:]:
+        print(f"    the snapshot writer's own breakdown (first and last round): {line}")
+    return out
+
+
 PARTS = ("e2e", "teardown", "bootstrap", "flight")  # (a), (b), (c), (d)
 
 
@@ -242,12 +300,7 @@ def main() -> None:
     args = parser.parse_args()
     summary: dict[str, float] = {}
     if "e2e" in args.only:
-        print(f"(a) end-to-end, {args.rounds} alternating rounds, digits {args.epochs}x{args.steps} steps on 2 workers")
-        wall = alternate(args.rounds, [("tfdist", lambda: run_tfdist(args.epochs, args.steps)),
-                                       ("shell", lambda: run_shell(args.epochs, args.steps))])
-        summary["e2e_ratio"] = median_ratio(wall["tfdist"], wall["shell"])
-        print(f"    median tfdist {median(wall['tfdist']):.2f}s, shell {median(wall['shell']):.2f}s, "
-              f"median ratio {summary['e2e_ratio']:.3f} (goal <= 1.05)")
+        summary.update(end_to_end(args.rounds, args.epochs, args.steps))
     if "teardown" in args.only:
         print(f"(b) SIGKILL of worker 1 -> whole group torn down, {args.rounds} rounds")
         teardown = [teardown_after_kill_tfdist() for _ in range(args.rounds)]

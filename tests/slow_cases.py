@@ -11,6 +11,7 @@ from __future__ import annotations
 # Whole modules: nearly every test in them took a second or more.
 SLOW_MODULES = (
     "tests/cli/test_dump_cli.py",
+    "tests/cli/test_launch_firewall_cli.py",
     "tests/cli/test_status_logs_cli.py",
     "tests/integration/test_etcd_backend.py",
     "tests/integration/test_etcd_cluster.py",
@@ -50,7 +51,6 @@ SLOW_TESTS = frozenset({
     "tests/hostile/test_small_commands_hostile.py::test_example_output_and_name",
     "tests/hostile/test_small_commands_hostile.py::test_init_folder",
     "tests/hostile/test_small_commands_hostile.py::test_tf_config_flags",
-    "tests/integration/test_launch_agent.py::test_new_round_restarts_with_the_new_cluster_without_using_the_budget",
     "tests/integration/test_launch_stops.py::test_an_abort_for_lack_of_threads_is_reported_as_transient_and_retried",
     "tests/integration/test_launch_stops.py::test_detached_grandchild_is_killed_when_the_job_ends",
     "tests/integration/test_launch_stops.py::test_full_disk_under_log_dir_never_blocks_a_task",

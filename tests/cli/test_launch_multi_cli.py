@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tfdist.cli.launch_multi import parse_endpoint, parse_nnodes
+from tfdist.launch.options import parse_endpoint, parse_nnodes
 from tfdist.cli.main import main
 from tfdist.errors import UsageError
 

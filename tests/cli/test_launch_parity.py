@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tfdist.cli.launch import command as launch_command
-from tfdist.cli.launch_parity import ACROSS_MACHINES, HOSTFILE, RENDEZVOUS
+from tfdist.launch.entry.parity import ACROSS_MACHINES, HOSTFILE, RENDEZVOUS
 from tfdist.cli.main import main
 
 FAKE = str(REPO_ROOT / "tests" / "bin" / "fake_task.py")
@@ -64,6 +64,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "warm_spares": (["--no-warm-spares"], {HOSTFILE: "--no-warm-spares", RENDEZVOUS: ""}),
     "thread_caps": (["--thread-caps"], {HOSTFILE: "--thread-caps", RENDEZVOUS: "OMP_NUM_THREADS="}),
     "flight_recorder": (["--no-flight-recorder"], {HOSTFILE: "--no-flight-recorder", RENDEZVOUS: ""}),
+    "firewall": (["--firewall"], {HOSTFILE: "--firewall", RENDEZVOUS: ""}),  # each agent loads its own table
     "bootstrap": (["--no-bootstrap"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "restart_after_training": (["--restart-after-training"], {HOSTFILE: REFUSED, RENDEZVOUS: REFUSED}),
     "live": (["--live"], {HOSTFILE: REFUSED, RENDEZVOUS: ""}),
@@ -102,7 +103,7 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
 
 def test_every_option_has_a_row_and_a_case():
     options = _options()
-    assert sorted(ACROSS_MACHINES) == options, "add the new flag to tfdist.cli.launch_parity.ACROSS_MACHINES"
+    assert sorted(ACROSS_MACHINES) == options, "add the new flag to tfdist.launch.entry.parity.ACROSS_MACHINES"
     assert sorted(CASES) == options, "add the new flag to CASES here"
     for name, (_, expected) in CASES.items():
         for mode in MODES:

@@ -100,7 +100,7 @@ def test_sigterm_preemption_then_sigstop_hang(tmp_path, baseline_accuracy):
     saved = [int(s) for s in re.findall(r"state saved at step (\d+)", job.err)]
     assert saved and len(set(saved)) == 1, "every worker saved at the same step"
     assert saved[0] >= at_signal
-    assert "made no progress for 6s (stopped (SIGSTOP))" in job.err and "worker:0" in job.err
+    assert re.search(r"worker:0 made no progress for [0-9.]+s \(stopped \(SIGSTOP\)", job.err), job.err[-4000:]
     assert "not counted as a failure" in job.err, "preemption must not use the restart budget"
     # The hang restart resumed from a backup taken after the preemption restart began.
     assert int(task_values(job.out, "resumed_from_step")["worker:0"]) >= saved[0]

@@ -264,3 +264,39 @@ def test_no_spares_without_restarts(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", FAKE, str(out), "--sleep", "1", env={**os.environ, "TFDIST_WARM_PRELOAD": "json"})
     assert result.returncode == 0 and "warm" not in result.stderr
+
+
+PHASES = str(REPO_ROOT / "tests" / "bin" / "phase_task.py")
+
+
+def test_a_stalled_step_is_hung_at_its_learned_threshold_and_the_same_hang_twice_stops_the_job(tmp_path):
+    """Steps of 20 ms, a first 3.8 s pause between steps (a phase not seen yet: --hang-timeout applies, though it is
+    longer than the steps' learned threshold), then worker:1 stalls in a step: called hung at the learned 3.5 s,
+    not after --hang-timeout's 120 s; the second attempt hangs the same way and the job stops with budget left.
+    Every step writes its heartbeat (interval 0), so that the steps tell the stalled task from its waiting peer."""
+    logs = tmp_path / "logs"
+    started = time.monotonic()
+    result = launch("-n", "2", "--hang-timeout", "120", "--max-restarts", "5", "--backoff", "0",
+                    "--log-dir", str(logs), PHASES, "--pause-at", "20", "--pause", "3.8", "--stall", "worker:1",
+                    "--stall-at", "40", "--steps", "100000", timeout=150, env={**os.environ, "TFDIST_HEARTBEAT_INTERVAL": "0"})
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started < 100, "the learned threshold, not --hang-timeout, called the hangs"
+    assert "no step for" in result.stderr and "(p99 " in result.stderr and "threshold 3.0 s" in result.stderr
+    assert "the same hang (worker:1 at step 40, in phase_task.py" in result.stderr and "in two attempts in a row" in result.stderr
+    assert "#0: hung worker:1" in result.stderr and "#1: hung worker:1" in result.stderr
+    assert "#2:" not in result.stderr
+    learned = json.loads((logs / "phases.json").read_text())
+    assert set(learned["phases"]) >= {"startup", "step", "between"}
+
+
+def test_a_hang_is_blamed_on_the_task_the_flight_recorder_names_not_the_one_silent_longest(tmp_path):
+    """worker:1 starts late and stalls at step 10; worker:0 reached step 11 long before and waits for it (as a peer in
+    a collective would), so it is the one silent longest when the watchdog fires. The flight recorder sees worker:1
+    behind (step 10 against 11): the report and the launcher's line name worker:1."""
+    result = launch("-n", "2", "--hang-timeout", "120", "--max-restarts", "0", "--log-dir", str(tmp_path / "logs"),
+                    PHASES, "--stall", "worker:1",
+                    "--stall-at", "10", "--stalled-starts-late", "2", "--steps", "100000", timeout=100,
+                    env={**os.environ, "TFDIST_HEARTBEAT_INTERVAL": "0"})
+    assert result.returncode == 3, result.stderr
+    assert "flight recorder: worker:1 stopped first: at step 10 while the others are at step 11" in result.stderr
+    assert "#0: hung worker:1" in result.stderr and "tfdist: worker:1 made no progress for 3s" in result.stderr

@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 
 import tfdist
+from tests.unit.import_circles import import_graph, module_circles, room_circles
 
 SRC = Path(tfdist.__file__).resolve().parent
 CLUSTER = SRC / "cluster"
@@ -207,34 +208,59 @@ def test_the_transitive_check_sees_lazy_imports(tmp_path):
     assert "tfdist.launch" in _reaches("tfdist.cli.launch")
 
 
-def test_tfdist_has_no_import_cycles_at_module_level():
-    # Cycles through top-level imports make import order matter; function-level imports are the usual way out.
-    known = {_module_name(path) for path, _ in _modules()}
-    graph: dict[str, set[str]] = {}
-    for path, tree in _modules():
-        edges = set()
-        for node in tree.body if isinstance(tree, ast.Module) else ():
-            names = ()
-            if isinstance(node, ast.Import):
-                names = tuple(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = (node.module, *(f"{node.module}.{alias.name}" for alias in node.names))
-            for name in names:
-                if name in known:
-                    edges.add(name)
-        graph[_module_name(path)] = edges
-    cycles = []
-    for start in sorted(graph):
-        todo, seen = [(start, (start,))], set()
-        while todo:
-            here, chain = todo.pop()
-            for there in sorted(graph.get(here, ())):
-                if there == start:
-                    cycles.append(" -> ".join((*chain, there)))
-                elif there not in seen:
-                    seen.add(there)
-                    todo.append((there, (*chain, there)))
-    assert cycles == []
+def _trees() -> dict[Path, ast.AST]:
+    return dict(_modules())
+
+
+# Circles inside launch/elastic that the regrouping of issue 32 closes (AgentSpec moves to a leaf module of the agent's
+# room, so flight_agent's TYPE_CHECKING import no longer reaches agent.py). Listed by name: a new circle fails, and so
+# does this entry once the circle is gone (delete it then).
+ELASTIC_REGROUP_CLOSES = (
+    "tfdist.launch.elastic.agent.agent -> tfdist.launch.elastic.agent.flight (tfdist/launch/elastic/agent/agent.py:21) -> "
+    "tfdist.launch.elastic.agent.agent (tfdist/launch/elastic/agent/flight.py:15)",
+)
+# The circles between elastic's sub-packages left by the regroup; the conductor work (branch room-elastic) closes them.
+ELASTIC_ROOMS_REGROUP_CLOSES = (
+    'in tfdist.launch.elastic: tfdist.launch.elastic.agent -> tfdist.launch.elastic.rendezvous (first: tfdist/launch/elastic/agent/agent.py:27 imports tfdist.launch.elastic.rendezvous.round_roles) -> tfdist.launch.elastic.agent (first: tfdist/launch/elastic/rendezvous/backup_relay.py:25 imports tfdist.launch.elastic.agent.backup_copy) [4 rooms in this circle: tfdist.launch.elastic.agent, tfdist.launch.elastic.etcd, tfdist.launch.elastic.rendezvous, tfdist.launch.elastic.tcp]',
+    'in tfdist.launch.elastic.agent: tfdist.launch.elastic.agent.agent -> tfdist.launch.elastic.agent.flight (first: tfdist/launch/elastic/agent/agent.py:21 imports tfdist.launch.elastic.agent.flight) -> tfdist.launch.elastic.agent.agent (first: tfdist/launch/elastic/agent/flight.py:15 imports tfdist.launch.elastic.agent.agent)',
+)
+
+
+def test_no_import_circle_between_modules_counting_every_import():
+    # Every import counts, function-level and TYPE_CHECKING ones too: a circle closed lazily still makes its modules
+    # one unit that cannot be read, tested or moved apart (tests/unit/import_circles.py says how it is found).
+    assert module_circles(SRC, "tfdist", _trees()) == list(ELASTIC_REGROUP_CLOSES)
+
+
+def test_no_import_circle_between_rooms():
+    # The sub-packages and modules side by side in one package (launch/local, launch/flight, ...), each with
+    # everything inside it: a circle between rooms is one even when no two modules close it.
+    assert room_circles(SRC, "tfdist", _trees()) == list(ELASTIC_ROOMS_REGROUP_CLOSES)
+
+
+# -- inside the launcher: the entry (launch/entry) on top, the leaves below -------------------------------------------
+LEAVES = {"tfdist.launch.options", "tfdist.launch.spec", "tfdist.launch.outcome", "tfdist.launch.seams",
+          "tfdist.launch.clues"}
+
+
+@functools.lru_cache(maxsize=1)
+def _launch_graph() -> dict[str, dict[str, int]]:
+    return import_graph(SRC, "tfdist", _trees())
+
+
+def test_only_the_cli_imports_the_entry():
+    # The entry knows every room; a room that imported it would close a circle through it.
+    importers = sorted(module for module, edges in _launch_graph().items()
+                       if any(t == "tfdist.launch.entry" or t.startswith("tfdist.launch.entry.") for t in edges)
+                       and not module.startswith(("tfdist.launch.entry", "tfdist.cli.")))
+    assert importers == []
+
+
+def test_the_leaves_import_no_other_room_of_the_launcher():
+    graph = _launch_graph()
+    reaching = {leaf: sorted(t for t in graph[leaf] if t.startswith("tfdist.launch.") and t not in LEAVES)
+                for leaf in sorted(LEAVES)}
+    assert reaching == {leaf: [] for leaf in sorted(LEAVES)}
 
 
 MAX_MODULE_LINES = 400

@@ -93,7 +93,7 @@ def _imports_of(path: Path) -> set[str]:
 
 # Where tfdist imports an optional dependency itself, each after the check that says what to install has run.
 CHECKED_ELSEWHERE = {
-    "launch/elastic/etcd/store.py": "pyetcd",  # --rdzv-backend etcd requires the etcd extra in cli/launch_multi.py
+    "launch/elastic/etcd/store.py": "pyetcd",  # --rdzv-backend etcd requires the etcd extra in launch/entry/across.py
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfdist.launch.local.clues import FailureSite, failure_site, unhealthy_peers
+from tfdist.launch.clues import FailureSite, failure_site, unhealthy_peers
 
 LIB = "/venv/lib/python3.12/site-packages"
 USER_ERROR = f'''Traceback (most recent call last):

@@ -1,5 +1,6 @@
-"""LaunchOptions: one typed record of `tfdist launch`'s flags, its defaults written once, its conversions, the
-argv round trip (its own reader and the CLI's parser agree), and the per-mode support table. Nothing is started."""
+"""LaunchOptions: one typed record of `tfdist launch`'s flags, its defaults written once, its conversions (in
+entry.compose), the argv round trip (its own reader and the CLI's parser agree), and the per-mode support table.
+Nothing is started."""
 from __future__ import annotations
 
 import ast
@@ -14,7 +15,8 @@ from tfdist.cli.main import main
 from tfdist.errors import UsageError
 from tfdist.launch.elastic.agent.agent import AgentSpec
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-from tfdist.cli.launch_parity import ACROSS_MACHINES
+from tfdist.launch.entry.compose import agent_spec, launch_spec, rendezvous_settings
+from tfdist.launch.entry.parity import ACROSS_MACHINES
 from tfdist.launch.options import ALWAYS, BY_NAME, CHANGED, DEFAULTS, OPTIONS, LaunchOptions, Mode, from_argv
 from tfdist.launch.spec import LaunchSpec, Timeouts
 from tfdist.protocol import Command
@@ -154,7 +156,7 @@ def test_always_forwarded_values_are_explicit_even_at_their_defaults():
 
 # -- conversions -------------------------------------------------------------------------------------------------------
 def test_launch_spec_carries_every_single_machine_option():
-    spec = EVERYTHING.to_launch_spec(COMMAND, host="10.1.1.1")
+    spec = launch_spec(EVERYTHING, COMMAND, host="10.1.1.1")
     assert isinstance(spec, LaunchSpec) and spec.command == COMMAND and spec.host == "10.1.1.1"
     assert spec.timeouts == Timeouts(grace=12.5, hang=0.0)
     assert spec.env == (("A", "1"), ("B", "two words"), ("C", ""))
@@ -162,20 +164,19 @@ def test_launch_spec_carries_every_single_machine_option():
                  "port_base", "gpus_per_task", "nccl_debug", "metrics_port", "metrics_host", "launcher_metrics_port",
                  "job_name", "allow_keras3", "warm_spares", "thread_caps", "bootstrap", "restart_after_training"):
         assert getattr(spec, name) == getattr(EVERYTHING, name), name
-    assert DEFAULTS.to_launch_spec(COMMAND).host == DEFAULTS.host
+    assert launch_spec(DEFAULTS, COMMAND).host == DEFAULTS.host
 
 
 def test_agent_spec_and_rendezvous_settings_come_from_the_same_values():
     options = dataclasses.replace(EVERYTHING, hostfile=None, hosts=None, rdzv_backend="tfdist")
-    agent = options.to_agent_spec(COMMAND, job="job-1", secret=b"k" * 32, legacy_keras=True,
-                                  versions={"tfdist": "0"})
+    agent = agent_spec(options, COMMAND, job="job-1", secret=b"k" * 32, legacy_keras=True, versions={"tfdist": "0"})
     assert (agent.job, agent.endpoint_host, agent.endpoint_port, agent.min_nodes, agent.max_nodes, agent.slots) == (
         "job-1", "10.0.0.1", 29400, 2, 4, 3)
     assert (agent.node_timeout, agent.rdzv_timeout, agent.first_round_wait, agent.max_restarts, agent.grace_period,
             agent.hang_timeout) == (2.5, 30.0, 0.0, 4, 12.5, 0.0)
     assert agent.warm_spares is False and agent.watch_stdin and agent.versions == {"tfdist": "0"}
     assert agent.secret == b"k" * 32
-    settings = options.rendezvous_settings("job-1", 2, 4)
+    settings = rendezvous_settings(options, "job-1", 2, 4)
     assert (settings.node_timeout, settings.rdzv_timeout, settings.first_round_wait, settings.max_restarts) == (
         2.5, 30.0, 0.0, 4)
     assert settings.stop_timeout == 12.5 + 2.5 + 5
@@ -187,7 +188,7 @@ def test_agent_spec_and_rendezvous_settings_come_from_the_same_values():
 @pytest.mark.parametrize("restarts, nnodes, warm", [(0, "2", False), (1, "2", True), (0, "2:3", True)])
 def test_agent_warm_spares_only_when_a_next_round_can_come(restarts, nnodes, warm):
     options = dataclasses.replace(DEFAULTS, max_restarts=restarts, nnodes=nnodes, rdzv_endpoint="h:1")
-    assert options.to_agent_spec(COMMAND, job="j", secret=b"", legacy_keras=False).warm_spares is warm
+    assert agent_spec(options, COMMAND, job="j", secret=b"", legacy_keras=False).warm_spares is warm
 
 
 @pytest.mark.parametrize("changes, mode", [

@@ -10,7 +10,8 @@ from tfdist.protocol import ErrorRecord
 from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.launch.local.command_check import keras_plan, resolve_command
 from tfdist.launch.spec import LaunchSpec
-from tfdist.launch.local.taskenv import assign_gpus, parse_env_pairs, visible_gpus
+from tfdist.launch.local.taskenv import assign_gpus, visible_gpus
+from tfdist.launch.options import parse_env_pairs
 from tfdist.launch.local.layout import TaskId
 
 

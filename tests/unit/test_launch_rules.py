@@ -4,8 +4,10 @@ from __future__ import annotations
 import pytest
 
 from tfdist.launch.outcome import Cause
-from tfdist.launch.local.rules import GroupAction, decide, leader, nothing_to_save
+from tfdist.launch.flight.thresholds import HangLimits
+from tfdist.launch.local.rules import GroupAction, decide, hang_words, leader, nothing_to_save
 from tfdist.protocol import HeartbeatRecord, TaskState
+from tfdist.protocol.records import Phase, PhaseStats
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
 from tfdist.launch.spec import LaunchSpec, Timeouts
@@ -241,6 +243,36 @@ def test_a_script_without_heartbeats_is_hung_when_quiet_for_the_timeout(stopped)
     assert verdict.detail == ("stopped (SIGSTOP)" if stopped else "quiet") + " (no heartbeat nor CPU time nor output)"
 
 
+LEARNED_STEPS = HangLimits(learned={Phase.STEP: PhaseStats(n=118, p99=0.062, max=0.071)}, interval=0.5)
+
+
+def _in_phase(phase: Phase, age: float, **kw) -> dict:
+    return dict(heartbeat=HeartbeatRecord(step=3, time=0.0, phase=phase, phase_since=0.0,
+                                          phase_stats=LEARNED_STEPS.learned), heartbeat_age=age, **kw)
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_learned_step_threshold_calls_a_stalled_step_hung_long_before_the_timeout(stopped):
+    spec = LaunchSpec(command=("x",), workers=2, timeouts=Timeouts(hang=300))
+    stalled = {"worker:0": _in_phase(Phase.STEP, 3.0), "worker:1": _in_phase(Phase.STEP, 4.0, stopped=stopped)}
+    verdict = decide(snap(spec, stalled), spec, LEARNED_STEPS)
+    assert (verdict.action, verdict.cause, verdict.culprit) == (GroupAction.FAIL, Cause.HUNG, "worker:1")
+    assert verdict.hang_learned and verdict.hang_after == pytest.approx(3.5)
+    assert verdict.detail == (("stopped (SIGSTOP)" if stopped else "silent") + ": no step for 4.0 s; steps took up to "
+                              "71 ms (p99 62 ms, 118 seen); threshold 3.5 s")
+    assert hang_words(verdict) == verdict.detail
+    assert decide(snap(spec, stalled), spec).action is GroupAction.CONTINUE, "nothing learned: --hang-timeout"
+
+
+@pytest.mark.parametrize("phase", [Phase.BETWEEN, Phase.STARTUP, Phase.RESTORE])
+def test_a_phase_not_seen_yet_waits_the_hang_timeout(phase):
+    spec = LaunchSpec(command=("x",), workers=2, timeouts=Timeouts(hang=300))
+    verdict = decide(snap(spec, {"worker:1": _in_phase(phase, 60.0)}), spec, LEARNED_STEPS)
+    assert verdict.action is GroupAction.CONTINUE
+    verdict = decide(snap(spec, {"worker:1": _in_phase(phase, 301.0)}), spec, LEARNED_STEPS)
+    assert (verdict.cause, verdict.hang_learned, hang_words(verdict)) == (Cause.HUNG, False, "silent")
+
+
 def test_agent_without_the_leader_succeeds_when_its_trainers_are_done():
     spec = LaunchSpec(command=("x",), workers=4, local_tasks=("worker:2", "worker:3"))
     local = [TaskView(name=f"worker:{i}", task_type="worker", task_index=i, pid=i, exit_code=0, ended_at=1.0)
@@ -282,10 +314,9 @@ def test_budget_zero_and_window():
     assert policy.after(Cause.TASK_FAILED, 11.0).restart, "the first restart expired"
 
 
-@pytest.mark.parametrize("cause", [Cause.TASK_PREEMPTED, Cause.NEW_ROUND])
-def test_preemptions_and_new_rounds_are_free_up_to_their_cap(cause):
+def test_preemptions_are_free_up_to_their_cap():
     policy = RestartPolicy(max_restarts=0, max_preemptions=2)
-    decisions = [policy.after(cause, 0.0) for _ in range(3)]
+    decisions = [policy.after(Cause.TASK_PREEMPTED, 0.0) for _ in range(3)]
     assert [d.restart for d in decisions] == [True, True, False]
     assert not any(d.counted for d in decisions) and decisions[0].delay == 0.0
 
@@ -305,6 +336,31 @@ def test_fixed_ports_do_not_retry_a_port_conflict_for_free():
 def test_transient_failures_say_so():
     decision = RestartPolicy(max_restarts=1).after(Cause.TASK_FAILED, 0.0, transient=True)
     assert decision.restart and "looked transient" in decision.message
+
+
+def test_the_same_hang_twice_stops_the_job_and_a_hang_once_restarts():
+    policy = RestartPolicy(max_restarts=5)
+    again = "worker:1 at step 42, in train.py:88 `on_train_batch_end`"
+    stop = policy.after(Cause.HUNG, 0.0, repeated_hang=again)
+    assert not stop.restart and f"the same hang ({again}) in two attempts in a row" in stop.message
+    assert policy.after(Cause.HUNG, 0.0).restart
+    assert policy.after(Cause.TASK_FAILED, 0.0, repeated_hang=again).restart, "a crash is judged by its exception"
+
+
+@pytest.mark.parametrize("progress, restarts, message", [
+    # Three restarts in a row without progress stop the job, with budget to spare.
+    ([False, False, False], [True, True, False], "3 restarts in a row made no progress"),
+    # Progress in between starts the count again.
+    ([False, False, True, False, False], [True, True, True, True, True], "2 in a row without progress"),
+    # Unknown progress (no heartbeats, or the first attempt) is not counted.
+    ([None, None, None, None], [True, True, True, True], "(4/10)"),
+])
+def test_restarts_without_progress_are_counted_apart(progress, restarts, message):
+    policy = RestartPolicy(max_restarts=10)
+    decisions = [policy.after(cause, float(t), progressed=p) for t, (p, cause) in
+                 enumerate(zip(progress, [Cause.TASK_FAILED, Cause.HUNG] * 3))]
+    assert [d.restart for d in decisions] == restarts
+    assert message in decisions[-1].message
 
 
 # -- TaskRestartPolicy (a task restarted alone) ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
 from tfdist.launch.elastic.agent.node_group import NodeGroup
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.supervisor import Supervisor
-from tfdist.launch.options import LaunchOptions
+from tfdist.launch.entry import compose
 from tfdist.launch.process import spawn
 from tfdist.protocol import Command, TaskPlan
 
@@ -62,7 +62,7 @@ def test_the_scan_sees_the_supervisor_and_the_agent_and_catches_a_print(tmp_path
 
 SEAMS = [Supervisor.__init__, TaskGroup.__init__, NodeGroup.__init__, spawn.spawn, spawn.activate,
          machine_run.start_metrics, machine_run.set_task_states, machine_run.clean_up_folder,
-         liveview.LiveView.__init__, liveview.final_state, LaunchOptions.to_agent_spec, Agent.__init__,
+         liveview.LiveView.__init__, liveview.final_state, compose.agent_spec, Agent.__init__,
          recorder.targets_of, recorder.others_running, flight_agent.send, flight_agent.answer, flight_agent.unasked,
          backup_copy.stream_files, backup_copy.receive_files, BackupStore.upload,
          SnapshotCopy.upload, RendezvousLink.upload, RendezvousLink.next_message]

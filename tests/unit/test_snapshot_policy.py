@@ -64,7 +64,50 @@ def test_cadence_measures_before_deciding_and_follows_the_medians():
         cadence.step_took(0.010)
         cadence.copy_took(0.002)
     assert cadence.every == 10
+    assert not cadence.due(9) and not cadence.due(10)  # the four learning copies (8 ms) are not yet paid for
+    for _ in range(36):  # 0.4 s of steps in all: 2 % of it is the 8 ms spent
+        cadence.step_took(0.010)
     assert not cadence.due(9) and cadence.due(10)
+
+
+# (start-up s, [(step s, copy s or None), ...], expected due(1) after them): an automatic cadence is due only once
+# the step time so far pays for its start-up and copies within the 2 % budget.
+@pytest.mark.parametrize("startup, events, expected", [
+    (0.0, [], True),                                  # nothing spent yet: the first step may copy
+    (0.1, [], False),                                 # 0.1 s of start-up needs 5 s of steps first
+    (0.1, [(0.01, None)] * 499, False),               # 4.99 s of steps
+    (0.1, [(0.01, None)] * 501, True),                # 5.01 s: paid
+    (0.0, [(0.01, 0.001)], False),                    # a 1 ms copy after one 10 ms step: 10 %
+    (0.0, [(0.01, 0.001)] + [(0.01, None)] * 4, True),  # 50 ms of steps pay for it
+    (0.05, [(0.01, 0.001)] * 3 + [(0.01, None)] * 270, True),   # 0.053 s spent, 2.73 s of steps pay for it
+    (0.05, [(0.01, 0.001)] * 3 + [(0.01, None)] * 260, False),  # 2.63 s of steps: not yet
+])
+def test_automatic_cadence_counts_its_start_up_and_copies_in_its_budget(startup, events, expected):
+    cadence = Cadence(max_every=1)  # the interval stays 1: only the budget decides
+    cadence.startup_took(startup)
+    for step, copy in events:
+        cadence.step_took(step)
+        if copy is not None:
+            cadence.copy_took(copy)
+    assert cadence.due(1) is expected
+
+
+def test_fixed_cadence_ignores_the_start_up_too():
+    cadence = Cadence(fixed=2)
+    cadence.startup_took(10.0)
+    assert not cadence.due(1) and cadence.due(2)
+
+
+def test_breakdown_says_what_snapshots_cost_against_the_step_time():
+    cadence = Cadence()
+    cadence.startup_took(0.08)
+    for _ in range(4):
+        cadence.step_took(0.5)
+        cadence.copy_took(0.002)
+    assert cadence.breakdown() == ("tfdist: snapshots cost 0.088s of 2.000s of steps (4.4%): start-up 0.080s, "
+                                   "4 copies 0.008s, 2.0 ms each; every 1 step(s)")
+    assert Cadence(fixed=5).breakdown() == ("tfdist: snapshots cost 0.000s of 0.000s of steps: start-up 0.000s, "
+                                            "0 copies 0.000s; every 5 step(s) (fixed)")
 
 
 def test_fixed_cadence_ignores_measurements():

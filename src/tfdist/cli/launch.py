@@ -1,23 +1,13 @@
 """``tfdist launch``: start and supervise the tasks of a distributed job, on this machine or across machines."""
 from __future__ import annotations
 
-import json
-import os
-import sys
-from typing import TYPE_CHECKING
-
 import click
 
 from tfdist.cli.common import PathText, option
-from tfdist.cli.launch_multi import multi_options, run_multi
+from tfdist.cli.launch_multi import multi_options
 from tfdist.constants import TASK_ENVIRONMENT
-from tfdist.errors import UsageError
 from tfdist.launch.options import DEFAULTS as D
-from tfdist.launch.options import LaunchOptions, Mode
-from tfdist.status import ExitStatus
-
-if TYPE_CHECKING:
-    from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.options import LaunchOptions
 
 # "\b" keeps Click from reflowing the list into one paragraph.
 _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for k, v in TASK_ENVIRONMENT.items())
@@ -69,6 +59,9 @@ _EPILOG = "Variables set for every task:\n\n\b\n" + "\n".join(f"  {k}: {v}" for 
         help="Before a hung or failed group is stopped, read every task's Python stacks, step and last output and "
         "write hang-attempt-N.txt/.json naming the task that stopped first (across machines: one report on the "
         "machine that serves the rendezvous). Off: stop at once, no report.")
+@option("--firewall", is_flag=True, default=D.firewall,
+        help="Linux, as root: an nftables table admits to the tasks' TensorFlow and metrics ports only the job's "
+        "machines of the current round and loopback (TensorFlow's server has no authentication); removed at the end.")
 @option("--live/--no-live", default=D.live,
         help="One live line per task and a summary at the end [default: when stderr is a terminal].")
 @option("-m", "--module", is_flag=True, help="Run the target as a module (python -m MODULE).")
@@ -89,140 +82,29 @@ def command(**params: object) -> int:
     is the same command run on every machine; each machine runs its share of the workers as above, and every flag
     keeps its meaning there or is refused by name.
     """
-    options = LaunchOptions.from_params(params)
-    if options.mode is not Mode.SINGLE:
-        return run_multi(options)
-    return run_single(options)
+    from tfdist.launch.entry import run
+
+    return run(LaunchOptions.from_params(params), given=_given_flags())
 
 
-def run_single(options: LaunchOptions) -> int:
-    """One machine: check everything, then run the supervisor (or print the plan with --dry-run)."""
-    from tfdist.cluster import is_loopback
-    from tfdist.launch.local.command_check import check_log_dir, keras_plan, resolve_command
-    from tfdist.launch.local.ports import check_ports
-    from tfdist.launch.local.taskenv import count_tasks
-    from tfdist.protocol import refuse_protected
+def _given_flags() -> dict[str, str]:
+    """The flags set by the user (command line, environment twin or config file) to something other than their
+    default, as parameter name -> flag. ``--no-live`` asks for nothing either and is left out."""
+    from click.core import ParameterSource
 
-    if options.workers == 0 and not options.chief:
-        raise UsageError("-n/--workers 0 needs --chief", hint="start at least one worker or a chief")
-    check_ps_has_chief(options)
-    environ = _with_tf_log_level(options.tf_log_level)
-    _check_gpus_exist(options.gpus_per_task)
-    from tfdist.launch.elastic.netaddr import advertised_address
-
-    # Tasks listen on every interface anyway (gRPC binds the port on all of them); TF_CONFIG needs an address the
-    # others can reach, so the wildcard becomes this machine's address and a foreign address is refused.
-    host = advertised_address(options.host)
-    refuse_protected(name for name, _ in options.env_pairs())
-    spec = options.to_launch_spec(resolve_command(options.target, module=options.module,
-                                                  no_python=options.no_python), host=host)
-    legacy_keras = keras_plan(spec, os.environ)
-    if options.no_python:
-        _warn_other_python(spec.command.program)
-    if options.dry_run:
-        print(f"every task: TF_CPP_MIN_LOG_LEVEL={environ['TF_CPP_MIN_LOG_LEVEL']} "
-              f"(--tf-log-level {options.tf_log_level})")
-        return _dry_run(spec, legacy_keras)
-    if spec.log_dir is not None:
-        check_log_dir(spec.log_dir)
-    check_ports(spec, count_tasks(spec), launcher=True)  # every port, before anything starts
-    for flag, host in (("--host", spec.host), ("--metrics-host", spec.metrics_host)):
-        if not is_loopback(host):
-            print(f"tfdist: warning: {flag} {host} is reachable from other machines: anyone who can reach it can "
-                  "talk to the tasks", file=sys.stderr)
-
-    from tfdist.launch.outcome import Cause, render_report, render_success
-    from tfdist.launch.console.task_output import Console, to_terminal
-    from tfdist.launch.process.reaper import become_subreaper
-    from tfdist.launch.local.supervisor import Supervisor
-    from tfdist.launch.console.tflog import LEVEL_VARIABLE
-
-    become_subreaper()  # before the first child, so every descendant is ours to find
-    launcher_metrics = None
-    if spec.launcher_metrics_port is not None:
-        from tfdist.observability.launcher_metrics import LauncherMetrics
-
-        launcher_metrics = LauncherMetrics(spec.job_name)
-        server = launcher_metrics.start(spec.launcher_metrics_port, spec.metrics_host)
-        print(f"tfdist: launcher metrics at {server.url}", file=sys.stderr)
-    try:
-        from tfdist.launch.console.liveview import watch
-
-        supervisor = Supervisor(spec, environ=environ, legacy_keras=legacy_keras, metrics=launcher_metrics,
-                                console=Console(enabled=spec.tee or spec.log_dir is None,
-                                                tf_log_level=int(environ[LEVEL_VARIABLE])), say=to_terminal)
-        with watch(supervisor, live=options.live) as view:  # run record for status/logs; live lines on a terminal
-            result = supervisor.run()
-        summarised = view.pinned is not None  # the live view printed the job's summary line already
-    finally:
-        if launcher_metrics is not None:
-            launcher_metrics.close()
-    if result.succeeded:
-        text = render_success(result, headline=not summarised)
-        if text:
-            print(text, file=sys.stderr)
-    elif result.cause is Cause.START_FAILED and result.final is not None and result.final.failure is not None:
-        return ExitStatus.USAGE  # the supervisor said it in one line; nothing ran
-    else:
-        print(render_report(result), file=sys.stderr)
-    return result.exit_status
-
-
-def _warn_other_python(program: str) -> None:
-    from tfdist.launch.local.command_check import other_python
-
-    found = other_python(program)
-    if found is not None:
-        print(f"tfdist: warning: --no-python runs {program} from PATH ({found}), not the Python tfdist runs under "
-              f"({sys.executable}); drop --no-python (and {program}) to use tfdist's", file=sys.stderr)
-
-
-def _check_gpus_exist(per_task: int | None) -> None:
-    """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
-    from tfdist.launch.local.taskenv import visible_gpus
-
-    if per_task and not visible_gpus(os.environ):
-        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides them all" if hidden is not None else "nvidia-smi lists none"
-        raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
-                         hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
-                         reference="launch-no-gpus")
-
-
-def check_ps_has_chief(options: LaunchOptions) -> None:
-    """On one machine and across machines alike. Raises UsageError naming --ps."""
-    if options.ps and not options.chief:
-        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
-                         "coordinator that runs the training; without one every task waits forever",
-                         hint="add --chief (the workers and parameter servers only serve)")
-
-
-def _with_tf_log_level(flag: str) -> dict[str, str]:
-    """The tasks' base environment with the chosen TF_CPP_MIN_LOG_LEVEL (the console filters by the same level)."""
-    from tfdist.launch.local.taskenv import visible_gpus
-    from tfdist.launch.console.tflog import LEVEL_VARIABLE, choose_level
-
-    has_gpus = flag == "auto" and LEVEL_VARIABLE not in os.environ and bool(visible_gpus(os.environ))
-    return {**os.environ, LEVEL_VARIABLE: str(choose_level(flag, os.environ, has_gpus))}
-
-
-def _dry_run(spec: LaunchSpec, legacy_keras: bool) -> int:
-    from tfdist.cli.launch_plan import print_task_plan
-    from tfdist.cluster import TfConfig
-    from tfdist.launch.local.ports import free_ports, ports_from_base
-    from tfdist.launch.local.layout import role_meanings
-    from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
-
-    n = count_tasks(spec)
-    ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)
-    layout = layout_for(spec, ports)
-    plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",
-                       gpus=visible_gpus(os.environ), legacy_keras=legacy_keras, environ=os.environ)
-    print("roles:")
-    for line in role_meanings(chief=spec.chief, workers=spec.workers, ps=spec.ps, evaluator=spec.evaluator):
-        print(f"  {line}")
-    for plan in plans:
-        print(f"[{plan.name}] {plan.address}")
-        print_task_plan(plan, json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True))
-    print(f"dry run: {len(plans)} task(s) planned, none started")
-    return ExitStatus.SUCCESS
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    given = {}
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source in (None, ParameterSource.DEFAULT):
+            continue
+        if param.name == "live" and not ctx.params.get("live", True):
+            continue
+        if param.name in ctx.params and ctx.params[param.name] == param.default:
+            continue  # set to its default: asks for nothing that could be refused
+        given[param.name] = max(param.opts, key=len)
+    return given

@@ -32,6 +32,7 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
         tfdist status 3f2a --json
     """
     from tfdist.launch.console import progress, runs
+    from tfdist.launch.flight.report import latest
 
     environ = os.environ
     if list_runs:
@@ -46,7 +47,8 @@ def command(as_json: bool, list_runs: bool, run: str | None) -> int:
         return 0
     cwd = os.getcwd()
     pick = None if run is not None else runs.choose(environ, cwd)
-    status = progress.run_status(runs.find_run(run, environ, cwd) if pick is None else pick.record)
+    record = runs.find_run(run, environ, cwd) if pick is None else pick.record
+    status = progress.run_status(record, hang_report=latest(record.log_dir))
     because = None if pick is None else runs.chosen_because(pick.record, cwd, pick.running)
     if as_json:
         chosen = None if pick is None else {"by": pick.by, "reason": because,

@@ -1,17 +1,16 @@
 """Every option of ``tfdist launch``, typed, built once from the command line: :class:`LaunchOptions`.
 
 The CLI parses flags into one :class:`LaunchOptions` (each default is written here, once; the CLI's flags take their
-defaults from :data:`DEFAULTS`) and the rest of the launcher converts it:
+defaults from :data:`DEFAULTS`). This module is a leaf of the launch room: it reads and writes options and nothing
+else. Turning them into what the launcher runs (a ``LaunchSpec``, an ``AgentSpec``, the rendezvous' settings) is
+:mod:`tfdist.launch.entry.compose`'s job, which knows the rooms those live in.
 
-- :meth:`LaunchOptions.to_launch_spec`: the single-machine supervisor's :class:`~tfdist.launch.spec.LaunchSpec`;
-- :meth:`LaunchOptions.to_agent_spec`: one machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``);
-- :meth:`LaunchOptions.rendezvous_settings`: the rendezvous' job shape and clocks;
 - :meth:`LaunchOptions.agent_args`: the flags the host-file driver passes to every host's agent over ssh;
 - :meth:`LaunchOptions.to_argv` and :func:`from_argv`, its inverse (``from_argv(o.to_argv()) == o`` for every ``o``).
 
 :data:`OPTIONS` is plain data, one entry per option: its flag, how its value is written, and whether the host-file
 driver forwards it to the agents. Which options work in which way across machines, and the refusals, are the table
-``tfdist.cli.launch_parity.ACROSS_MACHINES`` (one row per option, same names; a test keeps the two in step).
+``tfdist.launch.entry.parity.ACROSS_MACHINES`` (one row per option, same names; a test keeps the two in step).
 """
 from __future__ import annotations
 
@@ -23,14 +22,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from tfdist.errors import UsageError
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.agent.agent import AgentSpec
-    from tfdist.launch.elastic.etcd.store import EtcdConf
-    from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-    from tfdist.launch.elastic.agent.node_group import TaskOptions
-    from tfdist.launch.spec import LaunchSpec
-    from tfdist.protocol import Command
+    from tfdist.cluster.placement import RoleCounts
 
 DEFAULT_RDZV_PORT = 29400
+#: The CLI's parameter behind a field, where the names differ (Click's name for ``--env`` is ``env_pairs``).
+CLI_PARAMETER: Mapping[str, str] = {"env": "env_pairs"}
 _NNODES = re.compile(r"([0-9]{1,4})(?::([0-9]{1,4}))?")
 _JOB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -71,6 +67,7 @@ class LaunchOptions:
     bootstrap: bool = True
     thread_caps: bool = False
     flight_recorder: bool = True
+    firewall: bool = False  # --firewall: launch/firewall/
     live: bool | None = None  # None: when stderr is a terminal
     # across machines
     hostfile: str | None = None
@@ -101,7 +98,8 @@ class LaunchOptions:
     def from_params(cls, params: Mapping[str, Any]) -> LaunchOptions:
         """From the CLI's parsed parameters (one per field, same names but ``env_pairs`` for ``env``; sequences
         become tuples)."""
-        renamed = {("env" if k == "env_pairs" else k): v for k, v in params.items()}
+        by_parameter = {parameter: name for name, parameter in CLI_PARAMETER.items()}
+        renamed = {by_parameter.get(k, k): v for k, v in params.items()}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in renamed.items()})
 
     @property
@@ -112,61 +110,11 @@ class LaunchOptions:
             return Mode.RENDEZVOUS
         return Mode.SINGLE
 
-    # -- conversions ----------------------------------------------------------------------------------------------
     def env_pairs(self) -> tuple[tuple[str, str], ...]:
-        from tfdist.launch.local.taskenv import parse_env_pairs
-
+        """``--env`` as (name, value) pairs. Raises UsageError naming a bad pair."""
         return parse_env_pairs(self.env)
 
-    def to_launch_spec(self, command: Command, *, host: str | None = None) -> LaunchSpec:
-        """The single-machine supervisor's spec; ``host``: the advertised address when the CLI resolved one."""
-        from tfdist.launch.spec import LaunchSpec, Timeouts
-
-        return LaunchSpec(
-            command=command, workers=self.workers, ps=self.ps, chief=self.chief, evaluator=self.evaluator,
-            max_restarts=self.max_restarts, restart_window=self.restart_window, backoff=self.backoff,
-            log_dir=self.log_dir, tee=self.tee, port_base=self.port_base, host=self.host if host is None else host,
-            env=self.env_pairs(), gpus_per_task=self.gpus_per_task, nccl_debug=self.nccl_debug,
-            metrics_port=self.metrics_port, metrics_host=self.metrics_host,
-            launcher_metrics_port=self.launcher_metrics_port, allow_keras3=self.allow_keras3,
-            warm_spares=self.warm_spares, thread_caps=self.thread_caps, bootstrap=self.bootstrap,
-            restart_after_training=self.restart_after_training, job_name=self.job_name,
-            flight_recorder=self.flight_recorder,
-            timeouts=Timeouts(grace=self.grace_period, hang=self.hang_timeout))
-
-    def rendezvous_settings(self, job: str, min_nodes: int, max_nodes: int) -> RendezvousSettings:
-        from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-
-        return RendezvousSettings.for_job(job, min_nodes, max_nodes, node_timeout=self.node_timeout,
-                                          rdzv_timeout=self.rdzv_timeout, first_round_wait=self.rdzv_last_call,
-                                          max_restarts=self.max_restarts, grace_period=self.grace_period,
-                                          restart_window=self.restart_window, backoff=self.backoff)
-
-    def to_agent_spec(self, command: Command, *, job: str, secret: bytes, legacy_keras: bool,
-                      versions: Mapping[str, str] | None = None, etcd: EtcdConf | None = None,
-                      tasks: TaskOptions | None = None) -> AgentSpec:
-        """This machine's agent in a rendezvous job (``--nnodes``/``--rdzv-endpoint``). ``job`` and ``secret``: as
-        read from ``--rdzv-secret-file``/``--rdzv-id`` by the CLI; ``etcd``: the parsed ``--rdzv-conf`` of the etcd
-        backend (its first endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""
-        from tfdist.cluster.placement import parse_roles
-        from tfdist.launch.elastic.agent.agent import AgentSpec
-
-        low, high = parse_nnodes(self.nnodes or "1")
-        host, port = etcd.endpoints[0] if etcd is not None else parse_endpoint(self.rdzv_endpoint or "")
-        return AgentSpec(
-            job=job, secret=secret, endpoint_host=host, endpoint_port=port, min_nodes=low, max_nodes=high,
-            slots=self.workers, command=command, node_rank=self.node_rank, node_address=self.node_address,
-            node_name=self.node_name, node_timeout=self.node_timeout, rdzv_timeout=self.rdzv_timeout,
-            first_round_wait=self.rdzv_last_call, grace_period=self.grace_period, hang_timeout=self.hang_timeout,
-            gpus_per_task=self.gpus_per_task, warm_spares=self.warm_spares and (self.max_restarts > 0 or low < high),
-            max_restarts=self.max_restarts, env=self.env_pairs(), log_dir=self.log_dir, legacy_keras=legacy_keras,
-            checkpoint_dir=self.checkpoint_dir, watch_stdin=self.agent_watch_stdin, versions=dict(versions or {}),
-            etcd=etcd, restart_window=self.restart_window, backoff=self.backoff, port_base=self.port_base,
-            launcher_metrics_port=self.launcher_metrics_port, roles=self.role_counts(),
-            node_roles=parse_roles(self.node_roles, "--node-roles") if self.node_roles else (),
-            **({"tasks": tasks} if tasks is not None else {}))
-
-    def role_counts(self) -> Any:
+    def role_counts(self) -> RoleCounts | None:
         """The job's ``--chief/--ps/--evaluator`` as the placement rule takes them (None: workers only)."""
         from tfdist.cluster.placement import RoleCounts
 
@@ -267,6 +215,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _o("bootstrap", negative="--no-bootstrap"),
     _o("thread_caps", forward=CHANGED, negative="--no-thread-caps"),
     _o("flight_recorder", forward=CHANGED, negative="--no-flight-recorder"),
+    _o("firewall", forward=CHANGED),  # each agent loads its own machine's table
     _o("live", negative="--no-live"),
     _o("hostfile", str),
     _o("hosts", str),
@@ -358,3 +307,17 @@ def job_id(text: str) -> str:
         raise UsageError(f"--rdzv-id {text!r} is not a job id", hint="letters, digits, '.', '_', '-' (max 64)")
     return text
 
+
+def parse_env_pairs(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``["A=1", "B=x=y"]`` -> ``(("A", "1"), ("B", "x=y"))``.
+
+    Raises:
+        UsageError: a pair has no ``=`` or an empty name.
+    """
+    result = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or not name.replace("_", "a").isalnum():
+            raise UsageError(f"--env {pair!r} is not KEY=VALUE", hint="write it as --env NAME=value")
+        result.append((name, value))
+    return tuple(result)

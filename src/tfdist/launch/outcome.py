@@ -6,7 +6,7 @@ import signal
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfdist.launch.local.clues import FailureSite, failure_site
+from tfdist.launch.clues import FailureSite, failure_site
 from tfdist.protocol import ErrorRecord
 from tfdist.status import ExitStatus
 
@@ -22,7 +22,6 @@ class Cause(str, Enum):
     TASK_PREEMPTED = "task-preempted"  # a task got SIGTERM, the group saved and exited 143: restart, not a failure
     INTERRUPTED = "interrupted"  # Ctrl-C
     START_FAILED = "start-failed"  # the program could not be started at all
-    NEW_ROUND = "new-round"  # a per-machine agent was told to restart with a new cluster (elastic)
 
 
 class Outcome(str, Enum):

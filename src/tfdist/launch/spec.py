@@ -65,6 +65,7 @@ class LaunchSpec:
         job_name: a label for logs and metrics.
         flight_recorder: read every task's stacks, step and output before a hung or failed group is stopped, and
             write the ``hang-attempt-N`` report (``tfdist.launch.flight``); False: stop at once, no report.
+        firewall: ``--firewall``: an nftables table admits to the tasks' ports only this job (launch/firewall/).
         timeouts: every wait (see :class:`Timeouts`).
         cluster: the whole job's addresses when given from outside (a per-machine agent of a multi-machine job);
             ``None``: all tasks run here on ports chosen here.
@@ -97,6 +98,7 @@ class LaunchSpec:
     restart_after_training: bool = DEFAULTS.restart_after_training
     job_name: str = DEFAULTS.job_name
     flight_recorder: bool = DEFAULTS.flight_recorder
+    firewall: bool = False
     timeouts: Timeouts = field(default_factory=Timeouts)
     cluster: object | None = None  # a ClusterLayout (kept untyped here so the spec imports nothing heavy)
     local_tasks: tuple[str, ...] | None = None
@@ -105,18 +107,13 @@ class LaunchSpec:
         if not isinstance(self.command, Command):
             object.__setattr__(self, "command", command_from_argv(self.command))
 
-    # Compatibility with the flat names the CLI and older callers use.
-    @property
-    def grace_period(self) -> float:
-        return self.timeouts.grace
 
-    @property
-    def hang_timeout(self) -> float:
-        return self.timeouts.hang
-
-    @property
-    def monitor_interval(self) -> float:
-        return self.timeouts.poll
+def warm_spares_wanted(asked: bool, *, max_restarts: int, elastic: bool, is_python: bool) -> bool:
+    """The one warm-spares rule, for one machine and across machines: spares (processes with TensorFlow already
+    imported, see ``tfdist.launch.process.spare_pool``) only pay when a next group can start (a restart is allowed,
+    or an elastic ``--nnodes MIN:MAX`` job's next round can come with a machine joining or leaving) and when the
+    tasks are Python (a spare is a Python interpreter). ``asked``: ``--warm-spares``."""
+    return asked and (max_restarts > 0 or elastic) and is_python
 
 
 def command_from_argv(argv: Sequence[str]) -> Command:

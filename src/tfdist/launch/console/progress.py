@@ -174,12 +174,12 @@ class RunStatus:
     hang_report: str | None = None  # the newest flight recorder report in the run folder (hang-*.txt)
 
 
-def run_status(record: runs.RunRecord) -> RunStatus:
-    """Read ``record``'s run folder now."""
+def run_status(record: runs.RunRecord, hang_report: str | None = None) -> RunStatus:
+    """Read ``record``'s run folder now. ``hang_report``: the newest flight recorder report found in it by the caller
+    (:func:`tfdist.launch.flight.report.latest`; the flight room reads the run folder, so the console does not
+    import it)."""
     alive = runs.launcher_alive(record)
     remote = alive is None
     number, tasks = latest_attempt(record.log_dir, (lambda _pid: None) if remote else pid_alive)
-    from tfdist.launch.flight.report import latest
-
     return RunStatus(record=record, state=run_state(record, alive), folder_exists=os.path.isdir(record.log_dir),
-                     attempt=number, tasks=tuple(tasks), hang_report=latest(record.log_dir))
+                     attempt=number, tasks=tuple(tasks), hang_report=hang_report)

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from tfdist.launch.flight import report as reports
 from tfdist.launch.flight.collect import Target, collect
+from tfdist.launch.flight.gpus import nvidia_smi
 from tfdist.launch.flight.report import HANG, ON_DEMAND, TASK_FAILED, HangReport  # noqa: F401 - re-exported
 from tfdist.launch.flight.rules import TRAINER_ROLES, decide
 from tfdist.launch.seams import RunningTasks
@@ -31,10 +33,13 @@ def record(targets: Sequence[Target], *, run_id: str, attempt: int, reason: str,
     """The report on ``targets`` and the path of its text file (None when ``folder`` is None or not writable: the
     report is still returned, to be printed). Never raises for a task it cannot read."""
     started = time.monotonic()
-    tasks = collect(targets, dumper=dumper)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfdist-flight-gpus") as pool:
+        gpus = pool.submit(nvidia_smi)  # beside the stacks, in the same seconds
+        tasks = collect(targets, dumper=dumper)
+        gpu_report = gpus.result()
     verdict = decide(tasks, watchdog_task=watchdog_task)
     result = HangReport(run_id=run_id, attempt=attempt, reason=reason, verdict=verdict, tasks=tuple(tasks),
-                        time=time.time(), collect_seconds=time.monotonic() - started)
+                        time=time.time(), collect_seconds=time.monotonic() - started, gpus=gpu_report)
     path = None
     if folder is not None:
         try:

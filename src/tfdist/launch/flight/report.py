@@ -1,5 +1,5 @@
 """The flight recorder's report: the verdict first, then the step wavefront, then each task's evidence (stacks,
-process state, last lines of output). Written as ``hang-*.txt`` with a versioned ``hang-*.json`` beside it, in the
+process state, last lines of output), then what nvidia-smi says of the GPUs. Written as ``hang-*.txt`` with a versioned ``hang-*.json`` beside it, in the
 run folder, atomically and readable only by the owner (stacks can show paths and arguments)."""
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class HangReport:
     tasks: tuple[TaskEvidence, ...]
     time: float
     collect_seconds: float = 0.0
+    gpus: str = ""  # nvidia-smi's report, or the line saying why there is none ("": not read, e.g. across machines)
 
 
 def file_stem(attempt: int, reason: str, when: float) -> str:
@@ -80,6 +81,10 @@ def render_text(report: HangReport) -> str:
             lines.append(f"  last lines of output ({task.log_path}):")
             lines += [f"    | {line}" for line in task.output_tail]
         lines.append("")
+    if report.gpus:
+        lines.append("== GPUs (nvidia-smi on the launcher's machine)")
+        lines += [f"  {line}" for line in report.gpus.splitlines()]
+        lines.append("")
     lines.append(f"(collected in {report.collect_seconds:.2f}s)")
     return "\n".join(lines) + "\n"
 
@@ -104,7 +109,7 @@ def to_json(report: HangReport) -> dict[str, Any]:
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": report.run_id, "attempt": report.attempt,
             "reason": report.reason, "time": report.time, "collect_seconds": round(report.collect_seconds, 3),
             "verdict": {"culprit": verdict.culprit, "rule": verdict.rule, "headline": verdict.headline,
-                        "others": verdict.others}, "tasks": tasks}
+                        "others": verdict.others}, "tasks": tasks, "gpus": report.gpus or None}
 
 
 def _write_private(path: str, text: str) -> None:

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from tfdist.launch.flight.classify import activity, main_thread
 from tfdist.launch.flight.evidence import Activity, Doing, TaskEvidence, Verdict
-from tfdist.launch.local.clues import unhealthy_peers
+from tfdist.launch.clues import unhealthy_peers
 from tfdist.launch.outcome import describe_exit
 
 TRAINER_ROLES = ("chief", "worker")

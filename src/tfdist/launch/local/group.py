@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 import psutil
 
 from tfdist.launch.console.tflog import hidden
-from tfdist.launch.local.clues import unhealthy_peers
+from tfdist.launch.clues import unhealthy_peers
 from tfdist.launch.outcome import TaskFailure
 from tfdist.launch.process.spawn import TaskProcess, activate, spawn, stop_all
 from tfdist.launch.seams import OutputSink

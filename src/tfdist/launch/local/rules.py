@@ -23,7 +23,9 @@ Rules, in order (as Kubeflow's TFJob status rules and PyTorch's elastic agent us
    ``port-conflict`` when it lost its port, marked transient when it ran out of threads or processes, and marked
    ``after_training`` when every training task's training had finished (their ``fit`` returned) before it.
 7. A training task (under ParameterServerStrategy: the chief, which alone runs steps) that sent heartbeats and then
-   none for ``timeouts.hang`` seconds is hung. When one task stalls its peers soon block in a collective and fall
+   none for longer than its current phase's learned threshold is hung (:mod:`tfdist.launch.flight.thresholds`: a
+   multiple of what that phase took so far in the job, with a floor; ``timeouts.hang`` for a phase not seen yet, a
+   task that does not say its phase, and as the ceiling). When one task stalls its peers soon block in a collective and fall
    silent too: the culprit is a task the kernel reports as stopped, else the one silent for longest. A task that
    never sent a heartbeat is hung once it used no CPU time and wrote no output for as long (``quiet_for``, measured by
    :mod:`tfdist.launch.flight.watch`).
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from tfdist.cluster import TaskId, leader_of
+from tfdist.launch.flight.thresholds import HangCall, HangLimits
 from tfdist.launch.outcome import Cause, describe_exit
 from tfdist.protocol import PREEMPTED_EXIT_CODE
 from tfdist.launch.local.snapshot import GroupSnapshot, TaskView
@@ -58,6 +61,8 @@ class Verdict:
     notices: tuple[str, ...] = ()  # things to report that do not end the attempt
     after_training: bool = False  # it failed once every training task's training had finished
     restart: tuple[str, ...] = ()  # RESTART_TASKS: the tasks to restart alone, in the order they ended
+    hang_after: float = 0.0  # HUNG: the threshold the culprit ran past (seconds)
+    hang_learned: bool = False  # HUNG: that threshold was learned from the job's phases (not --hang-timeout)
 
 
 CONTINUE = Verdict(GroupAction.CONTINUE)
@@ -70,8 +75,9 @@ def leader(spec: LaunchSpec) -> tuple[str, int]:
     return (lead.type, lead.index) if lead else ("worker", 0)
 
 
-def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
-    """What the supervisor should do about ``snapshot``."""
+def decide(snapshot: GroupSnapshot, spec: LaunchSpec, limits: HangLimits | None = None) -> Verdict:
+    """What the supervisor should do about ``snapshot``; ``limits``: the learned phase thresholds (None: every phase
+    waits ``timeouts.hang``)."""
     unstartable = [t for t in snapshot.tasks if t.start_error is not None]
     if unstartable:
         task = unstartable[0]
@@ -99,14 +105,19 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         trainers = [t for t in snapshot.tasks if t.is_trainer]
         if trainers and all(t.exit_code == 0 for t in trainers) and not spec.ps:
             return Verdict(GroupAction.SUCCEED, Cause.SUCCEEDED, trainers[0].name, notices=notices)
-    stuck = _hung(snapshot, spec)
-    if stuck is not None:
+    found = _hung(snapshot, spec, limits or HangLimits())
+    if found is not None:
+        stuck, call = found
         how = "stopped (SIGSTOP)" if stuck.stopped else "silent"
-        if stuck.heartbeat_age is None:  # never sent one: the cheap watch saw it quiet
+        if call is None:  # never sent a heartbeat: the cheap watch saw it quiet
             detail = f"{how if stuck.stopped else 'quiet'} (no heartbeat nor CPU time nor output)"
-        else:
+        elif not call.threshold.learned:
             detail = f"{how}, no heartbeat for {spec.timeouts.hang:g}s"
-        return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name, detail=detail, notices=notices)
+        else:
+            detail = f"{how}: {call.reason}"
+        after = call.threshold.seconds if call is not None else spec.timeouts.hang
+        return Verdict(GroupAction.FAIL, Cause.HUNG, stuck.name, detail=detail, notices=notices, hang_after=after,
+                       hang_learned=call is not None and call.threshold.learned)
     frozen = [t for t in snapshot.tasks if hung_alone(t, spec)]
     if tolerated or frozen:
         first = (tolerated or frozen)[0]
@@ -115,6 +126,12 @@ def decide(snapshot: GroupSnapshot, spec: LaunchSpec) -> Verdict:
         return Verdict(GroupAction.RESTART_TASKS, cause, first.name, detail=detail, notices=notices,
                        restart=tuple(t.name for t in tolerated + frozen))
     return Verdict(GroupAction.CONTINUE, notices=notices) if notices else CONTINUE
+
+
+def hang_words(verdict: Verdict) -> str:
+    """What a hung verdict says after "made no progress for N s": ``stopped (SIGSTOP)`` when the threshold was
+    ``--hang-timeout``; the learned threshold's reason in full (``silent: no step for 4.2 s; steps took ...``)."""
+    return verdict.detail if verdict.hang_learned else verdict.detail.split(",")[0]
 
 
 def tolerated_alone(task: TaskView, spec: LaunchSpec) -> bool:
@@ -146,20 +163,27 @@ def _blame(snapshot: GroupSnapshot, failed: list[TaskView]) -> tuple[TaskView, s
     return failed[0], ""
 
 
-def _hung(snapshot: GroupSnapshot, spec: LaunchSpec) -> TaskView | None:
+def _hung(snapshot: GroupSnapshot, spec: LaunchSpec, limits: HangLimits) -> tuple[TaskView, HangCall | None] | None:
+    """The hung task to blame, with the call that found it (None: it never sent a heartbeat and the cheap watch saw
+    it quiet for ``timeouts.hang``)."""
     timeout = spec.timeouts.hang
     if timeout <= 0:
         return None
     watched = ("chief",) if spec.ps else ("chief", "worker")
-    silent = [t for t in snapshot.tasks
-              if t.task_type in watched and t.running and t.heartbeat_age is not None and t.heartbeat_age > timeout
-              and not (t.heartbeat is not None and t.heartbeat.finished)]  # saving and evaluating send no beats
-    # A task that never sent a heartbeat: hung when it used no CPU time and wrote no output for as long.
-    silent += [t for t in snapshot.tasks if t.task_type in watched and t.running and t.heartbeat_age is None
-               and t.quiet_for is not None and t.quiet_for > timeout]
-    if not silent:
+    found: list[tuple[TaskView, HangCall | None]] = []
+    for task in snapshot.tasks:
+        if task.task_type not in watched or not task.running:
+            continue
+        if task.heartbeat_age is not None:
+            call = limits.hung(task.heartbeat, task.heartbeat_age, ceiling=timeout)
+            if call is not None:
+                found.append((task, call))
+        elif task.quiet_for is not None and task.quiet_for > timeout:
+            found.append((task, None))
+    if not found:
         return None
-    return max(silent, key=lambda t: (t.stopped, t.heartbeat_age or t.quiet_for or 0.0))
+    # When one task stalls its peers soon wait for it: a stopped one is the likelier cause, else the longest silent.
+    return max(found, key=lambda item: (item[0].stopped, item[0].heartbeat_age or item[0].quiet_for or 0.0))
 
 
 def nothing_to_save(snapshot: GroupSnapshot, spec: LaunchSpec) -> bool:

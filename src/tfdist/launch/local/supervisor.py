@@ -6,9 +6,8 @@ polls into an immutable snapshot, stops), the group rules (:func:`~tfdist.launch
 restart rules (:class:`~tfdist.launch.local.restart.RestartPolicy`, pure). Stop requests (signals, or another thread of a
 per-machine agent) are flags checked wherever the supervisor waits (:mod:`tfdist.launch.local.stops`).
 
-A per-machine agent of a multi-machine job gives the whole cluster in ``spec.cluster`` and its own tasks in
-``spec.local_tasks``, and can call :meth:`Supervisor.request_new_round` from another thread to have the group save,
-stop and restart with a new cluster (an elastic round), or :meth:`Supervisor.request_stop`.
+A caller that runs only some tasks of a larger job gives the whole cluster in ``spec.cluster`` and its own tasks in
+``spec.local_tasks``.
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import logging
 import os
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from typing import Callable, Mapping
@@ -25,6 +23,9 @@ from typing import Callable, Mapping
 import psutil
 
 from tfdist.cluster import format_address
+from tfdist.launch.flight.learner import PhaseLearner
+from tfdist.launch.local.attempt_memory import AttemptMemory
+from tfdist.launch.flight.report import HangReport
 from tfdist.launch.local import rules
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
@@ -34,11 +35,12 @@ from tfdist.launch.local.ports import check_ports, free_ports, ports_from_base
 from tfdist.launch.console.task_output import Console, to_terminal
 from tfdist.launch.seams import OutputSink, Say, TaskMetrics
 from tfdist.protocol import TaskPlan, read_modules
+from tfdist.launch.firewall import Firewall, NoFirewall, firewall_for
 from tfdist.launch.process.reaper import Watcher, become_subreaper, kill_strays, reap_orphans
 from tfdist.launch.local.restart import RestartPolicy, TaskRestartPolicy
 from tfdist.launch.local.task_restarts import InPlaceRestarts
 from tfdist.launch.local.stops import StopRequests, saving_words
-from tfdist.launch.spec import LaunchSpec
+from tfdist.launch.spec import LaunchSpec, warm_spares_wanted
 from tfdist.launch.local.shm_folder import create_snapshot_folder, remove_snapshot_folder
 from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, shared_env, visible_gpus
 from tfdist.launch.local.layout import ClusterLayout
@@ -80,6 +82,8 @@ class Supervisor:
         self.stops = StopRequests()
         self.stops.saving = self._who_saves
         self._seen: GroupSnapshot | None = None  # the group's last snapshot
+        self.phases = PhaseLearner.for_launch(spec, self.log_dir, self.environ)  # what each phase took: thresholds
+        self.memory = AttemptMemory()  # hang signatures and progress, compared between attempts
         self.restarts = RestartPolicy(
             max_restarts=spec.max_restarts, window=spec.restart_window, backoff=spec.backoff,
             backoff_max=spec.backoff_max, fixed_ports=spec.port_base is not None or spec.cluster is not None)
@@ -91,22 +95,12 @@ class Supervisor:
             started=lambda pid: self._watcher.watch([pid]) if self._watcher is not None else None)
         self._cluster: ClusterLayout | None = spec.cluster  # type: ignore[assignment]
         self._local: tuple[str, ...] | None = spec.local_tasks
-        self._next_round: tuple[ClusterLayout, tuple[str, ...] | None] | None = None
-        self._round_lock = threading.Lock()
         self._spares: SparePool | None = None
         self._watcher: Watcher | None = None
+        self.firewall: Firewall | NoFirewall = NoFirewall()  # --firewall (launch/firewall/): loaded by run()
         self._keep: set[int] = set()
         self.group: TaskGroup | None = None
         self.snapshot_dir: str | None = None  # this run's shared-memory folder (runtime.snapshots), see _contain
-
-    # -- for a per-machine agent (thread-safe) -------------------------------------------------------------------
-    def request_stop(self, cause: Cause = Cause.PREEMPTED, message: str = "asked to stop: stopping all tasks") -> None:
-        self.stops.request(cause, message)
-
-    def request_new_round(self, cluster: ClusterLayout, local_tasks: tuple[str, ...] | None = None) -> None:
-        """Have the running group save and stop, then start again with ``cluster`` (not counted as a failure)."""
-        with self._round_lock:
-            self._next_round = (cluster, local_tasks)
 
     # -- the restart loop ----------------------------------------------------------------------------------------
     def run(self) -> LaunchResult:
@@ -116,6 +110,8 @@ class Supervisor:
             UsageError: a port the job needs is taken (before anything started).
         """
         check_ports(self.spec, count_tasks(self.spec))
+        self.firewall = firewall_for(self.spec.firewall, self.spec.job_name, [self.spec.launcher_metrics_port],
+                                     say=self._say)  # --firewall: open (exit 2 where it cannot)
         self.stops.install()
         try:
             self._contain()
@@ -130,7 +126,8 @@ class Supervisor:
                     break
                 decision = self.restarts.after(outcome.cause, time.monotonic(), transient=outcome.transient,
                                                after_training=self._after_training(outcome),
-                                               repeated=repeated_failure(self.result.attempts))
+                                               repeated=repeated_failure(self.result.attempts),
+                                               **self.memory.restart_facts(attempt, self.phases.step_lag))
                 if not decision.restart:
                     if decision.message:
                         self._say(decision.message)
@@ -151,11 +148,8 @@ class Supervisor:
 
     def run_round(self, attempt: int) -> Attempt:
         """One attempt: start the local tasks, watch them until the rules end the attempt, stop them."""
-        with self._round_lock:
-            if self._next_round is not None:
-                self._cluster, self._local = self._next_round
-                self._next_round = None
         plans = self._plans(attempt)
+        self.firewall.admit_round(plans)  # --firewall: this attempt's ports, open to its cluster's machines only
         attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
         group = self.group = TaskGroup(plans, attempt=attempt, attempt_dir=attempt_dir, base_env=self.environ,
                                        console=self.console, spares=self._spares)
@@ -178,6 +172,8 @@ class Supervisor:
         try:
             return self._watch(group, attempt)
         finally:
+            self.phases.flush()
+            self.memory.ended(attempt, group.poll())
             self._sweep()
 
     def _sweep(self) -> None:
@@ -189,7 +185,7 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = self._seen = group.poll(stale_after=t.hang)
+            snapshot = self._seen = group.poll(stale_after=self.phases.stale_after(t.hang))
             if self.stops.requested:
                 # A signal that came during the poll is announced before the stop's wait, not after it: whoever
                 # stops the job reads here that a second signal kills at once (the grace may be minutes).
@@ -200,11 +196,8 @@ class Supervisor:
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
-            if self._next_round is not None:
-                self._say("a new round: the group saves, stops and restarts with the new cluster")
-                self._stop(group, snapshot)
-                return Attempt(attempt, Cause.NEW_ROUND, snapshot.elapsed, step_reached=snapshot.step)
-            verdict = rules.decide(snapshot, self.spec)
+            self.phases.observe(t.heartbeat for t in snapshot.tasks)
+            verdict = rules.decide(snapshot, self.spec, self.phases.limits)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
@@ -233,16 +226,17 @@ class Supervisor:
         self._event("verdict", attempt=attempt, action=verdict.action.value,
                     cause=verdict.cause.value if verdict.cause else None, task=verdict.culprit)
         failure = group.failure(verdict.culprit)
-        report, verdict_lines = "", ()
-        if self.spec.flight_recorder:  # --no-flight-recorder: stop at once
-            report, verdict_lines = self._record_flight(group, verdict)  # before anything is stopped
+        recorded = self._record_flight(group, verdict) if self.spec.flight_recorder else None  # before any stop
+        if verdict.cause is Cause.HUNG and recorded and recorded[0].verdict.culprit:  # it sees who stopped first
+            failure = group.failure(recorded[0].verdict.culprit)
+        self.memory.hung(attempt, verdict, recorded[0] if recorded else None, self._seen)
         if verdict.action is rules.GroupAction.SUCCEED:
             failure = None
         elif verdict.action is rules.GroupAction.PREEMPTED:
             self._say(f"{verdict.culprit} was preempted and saved its state: waiting for the group to save")
         elif verdict.cause is Cause.HUNG:
-            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {t.hang:g}s "
-                      f"({verdict.detail.split(',')[0]}): stopping the group")
+            self._say(f"{failure.task if failure else verdict.culprit} made no progress for {verdict.hang_after:g}s "
+                      f"({rules.hang_words(verdict)}): stopping the group")
         else:
             headline = failure.headline if failure else verdict.culprit
             if verdict.detail and verdict.cause is not Cause.START_FAILED:
@@ -255,21 +249,23 @@ class Supervisor:
         self._event("group-stopped", attempt=attempt)
         return Attempt(attempt, verdict.cause or Cause.TASK_FAILED, snapshot.elapsed, failure=failure,
                        step_reached=snapshot.step, detail=verdict.detail, transient=verdict.transient,
-                       hang_report=report, hang_verdict=verdict_lines,
+                       hang_report=recorded[1] if recorded else "",
+                       hang_verdict=tuple(recorded[0].verdict.lines) if recorded else (),
                        after_training=verdict.after_training)
 
-    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[str, tuple[str, ...]]:
-        """The flight recorder: every task's stacks, step, state and output, and which task stopped first."""
+    def _record_flight(self, group: TaskGroup, verdict: rules.Verdict) -> tuple[HangReport, str] | None:
+        """The flight recorder: every task's stacks, step, state and output, and which task stopped first (the
+        report and the path of its text file, "" when unwritten); None when there was nothing to record."""
         recorded = record_flight(group, verdict, run_id=self.run_id, folder=self.log_dir)
         if recorded is None:
-            return "", ()
+            return None
         result, path = recorded
         for line in result.verdict.lines:
             self._say(f"flight recorder: {line}")
         if path:
             self._say(f"flight recorder: stacks, steps and output of every task in {path}")
             self._event("hang-report", attempt=group.attempt, path=path, culprit=result.verdict.culprit)
-        return path or "", tuple(result.verdict.lines)
+        return result, path or ""
 
     # -- pieces --------------------------------------------------------------------------------------------------
     def _plans(self, attempt: int) -> list[TaskPlan]:
@@ -287,7 +283,8 @@ class Supervisor:
         return plans
 
     def _spares_wanted(self) -> bool:
-        return self.spec.warm_spares and self.spec.max_restarts > 0 and self.spec.command.is_python
+        return warm_spares_wanted(self.spec.warm_spares, max_restarts=self.spec.max_restarts, elastic=False,
+                                  is_python=self.spec.command.is_python)
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
         """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
@@ -342,6 +339,7 @@ class Supervisor:
         if self._spares is not None:
             self._spares.discard_all()
         kill_strays(self._keep)
+        self.firewall.close()  # --firewall: after the tasks are gone
         remove_snapshot_folder(self.snapshot_dir)  # after kill_strays: no task is left to write into it
         if self._watcher is not None:
             self._watcher.close()

@@ -14,7 +14,7 @@ from tfdist.launch.spec import LaunchSpec
 from tfdist.cluster.grpc_keepalive import keepalive_env
 from tfdist.launch.local.layout import ClusterLayout, TaskId, tf_config_for
 
-__all__ = ["TaskPlan", "assign_gpus", "count_tasks", "layout_for", "parse_env_pairs", "plan_tasks", "visible_gpus"]
+__all__ = ["TaskPlan", "assign_gpus", "count_tasks", "layout_for", "plan_tasks", "visible_gpus"]
 
 
 def layout_for(spec: LaunchSpec, ports: Sequence[int]) -> ClusterLayout:
@@ -135,18 +135,3 @@ def plan_tasks(spec: LaunchSpec, layout: ClusterLayout, *, run_id: str, attempt:
             metrics_host=spec.metrics_host if spec.metrics_port is not None else None, snapshot_dir=snapshot_dir,
             extra_env=extra))
     return plans
-
-
-def parse_env_pairs(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``["A=1", "B=x=y"]`` -> ``(("A", "1"), ("B", "x=y"))``.
-
-    Raises:
-        UsageError: a pair has no ``=`` or an empty name.
-    """
-    result = []
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name or not name.replace("_", "a").isalnum():
-            raise UsageError(f"--env {pair!r} is not KEY=VALUE", hint="write it as --env NAME=value")
-        result.append((name, value))
-    return tuple(result)

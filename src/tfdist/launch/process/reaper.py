@@ -99,6 +99,10 @@ class Watcher:
     def watch(self, pgids: Iterable[int]) -> None:
         self._send("".join(f"group {pgid}\n" for pgid in pgids))
 
+    def delete_table(self, table: str) -> None:
+        """Delete this nftables table (``--firewall``, launch/firewall/) if the launcher dies."""
+        self._send(f"nft-table {table}\n")
+
     def close(self) -> None:
         """The launcher is done and cleaned up itself: the watcher exits without killing anything."""
         self._send("done\n")

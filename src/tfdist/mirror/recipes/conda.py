@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tfdist.errors import ConfigFileError
 from tfdist.mirror import condarc
-from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView
+from tfdist.mirror.recipes.base import BUILT_IN, Context, Edit, Effective, ToolView
 
 if TYPE_CHECKING:
     from tfdist.mirror.catalog import Mirror

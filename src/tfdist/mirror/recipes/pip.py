@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfdist.mirror import pipconf
-from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
+from tfdist.mirror.recipes.base import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
 
 if TYPE_CHECKING:
     from tfdist.mirror.catalog import Mirror

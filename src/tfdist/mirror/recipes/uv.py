@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tfdist.errors import ConfigFileError
 from tfdist.mirror import uvconf
 from tfdist.mirror.urls import mask_secrets
-from tfdist.mirror.recipes import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
+from tfdist.mirror.recipes.base import BUILT_IN, Context, Edit, Effective, ToolView, index_environment
 
 if TYPE_CHECKING:
     from tfdist.mirror.catalog import Mirror

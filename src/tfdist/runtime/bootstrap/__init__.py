@@ -18,7 +18,7 @@ What it watches, without costing the training steps anything measurable:
   preemption handler, so that SIGTERM saves at the current step and exits 143 (as ``tfdist.runtime`` does), and
   in-memory snapshots (:func:`tfdist.runtime.snapshots.callbacks_for_fit`) under ``tfdist launch``.
 - Custom training loops: the step of the Keras optimizer the script created (its ``iterations``), read by a
-  background thread every heartbeat interval (:mod:`.loops`); it cannot see a loss there, nor a loop without a Keras
+  background thread every heartbeat interval (:mod:`.reporter`); it cannot see a loss there, nor a loop without a Keras
   optimizer.
 - The error hook of :mod:`tfdist.runtime.reporting`, and the stack-dump registration of the flight recorder
   (:func:`tfdist.protocol.stackdump.install`).

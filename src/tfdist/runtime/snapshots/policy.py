@@ -68,7 +68,11 @@ class Cadence:
     ``budget`` of the step time, from the medians of recent measurements.
 
     The copy's cost is what the training thread waits for (the write into shared memory is in the background); a
-    step's time is measured without the copy in it.
+    step's time is measured without the copy in it. An automatic cadence also keeps its whole cost within the budget:
+    the start-up (the resume's agreement, claiming the folder) and every copy so far, against all the step time so
+    far, so a copy is due only once training has paid for what snapshots already cost (``spent <= budget *
+    trained``). That spaces out the first copies, taken before the interval is learnt, and puts the first one
+    ``startup / budget`` seconds of training in. A fixed interval is the user's choice and is kept as given.
     """
 
     WINDOW = 32
@@ -78,23 +82,45 @@ class Cadence:
         self.budget = budget
         self.max_every = max_every
         self.every = fixed or 1
+        self.spent = 0.0  # training-thread seconds snapshots cost so far (start-up and copies)
+        self.trained = 0.0  # step seconds seen so far
+        self.startup = 0.0
+        self.copies = 0
         self._copies: deque[float] = deque(maxlen=self.WINDOW)
         self._steps: deque[float] = deque(maxlen=self.WINDOW)
 
     def due(self, steps_since_last: int) -> bool:
-        return steps_since_last >= self.every
+        if steps_since_last < self.every:
+            return False
+        return self.fixed is not None or self.spent <= self.budget * self.trained
+
+    def startup_took(self, seconds: float) -> None:
+        self.startup += seconds
+        self.spent += seconds
 
     def step_took(self, seconds: float) -> None:
         self._steps.append(seconds)
+        self.trained += seconds
         self._update()
 
     def copy_took(self, seconds: float) -> None:
         self._copies.append(seconds)
+        self.copies += 1
+        self.spent += seconds
         self._update()
+
+    def breakdown(self) -> str:
+        """One line: what snapshots cost the training thread, against the step time it was measured on."""
+        share = f" ({self.spent / self.trained:.1%})" if self.trained > 0 else ""
+        copies = self.spent - self.startup
+        each = f", {copies / self.copies * 1e3:.1f} ms each" if self.copies else ""
+        every = f"every {self.every} step(s)" + (" (fixed)" if self.fixed is not None else "")
+        return (f"tfdist: snapshots cost {self.spent:.3f}s of {self.trained:.3f}s of steps{share}: start-up "
+                f"{self.startup:.3f}s, {self.copies} copies {copies:.3f}s{each}; {every}")
 
     def _update(self) -> None:
         if self.fixed is not None or len(self._copies) < 3 or len(self._steps) < 3:
-            return  # measure the first copies at every step before deciding
+            return  # measure the first copies before deciding
         self.every = interval_for(statistics.median(self._copies), statistics.median(self._steps), self.budget,
                                   self.max_every)
 

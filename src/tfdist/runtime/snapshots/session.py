@@ -5,6 +5,11 @@
   it is newer than the durable checkpoint; the variables are then assigned from that snapshot.
 - Then one process per machine (the holder of the folder's writer lock) copies the state to host memory every N
   steps on the training thread and hands it to the background writer.
+
+What this costs the training thread -- the resume's listing and agreement, claiming the folder, the copies -- is
+counted against the step time (:class:`~tfdist.runtime.snapshots.policy.Cadence`), and :meth:`SnapshotSession.close`
+prints it as one line. The copy function is compiled on a background thread (``TrainingVariables.warm_up``); an
+automatic cadence skips copies until it is ready, a fixed one waits for it at its first copy.
 """
 from __future__ import annotations
 
@@ -44,8 +49,10 @@ class SnapshotSession:
 
     def resume(self, checkpoint_step: int) -> tuple[Resume, Snapshot | None]:
         """Restore the newest state every replica can load (a collective: every replica must call it)."""
+        started = time.perf_counter()
         own = self.store.loadable(self.variables.fingerprint)
         choice = choose_resume(gather_steps(self.strategy, own), checkpoint_step)
+        self.cadence.startup_took(time.perf_counter() - started)  # the restore itself is what snapshots are for
         snapshot = None
         if choice.source == SNAPSHOT:
             try:
@@ -68,7 +75,7 @@ class SnapshotSession:
 
     def start_writing(self) -> bool:
         """Become this machine's writer (if no other live task is) after :meth:`resume`."""
-        store = self.store
+        started, store = time.perf_counter(), self.store
         try:
             if not store.claim_writer():
                 return False
@@ -87,8 +94,9 @@ class SnapshotSession:
         more = self.extras.describe() if self.extras is not None else ""
         say(f"tfdist: snapshots: {mib(size)} each ({len(self.variables.variables)} variables{more}), {every}; up to "
             f"{KEEP + 1} in {store.directory} ({mib(free)} free) and 2 host copies")
-        self.variables.copy()  # traces the copy function now, so the first timed copy is a real one
+        self.variables.warm_up(self.strategy)
         self.writer = BackgroundWriter(store, self.variables.specs)
+        self.cadence.startup_took(time.perf_counter() - started)
         return True
 
     def step_done(self, step: int, meta: Mapping[str, Any] | None = None) -> None:
@@ -101,8 +109,16 @@ class SnapshotSession:
         if self._last_end is not None and steps > 0:
             self.cadence.step_took((now - self._last_end) / steps)
         self._since += steps
+        if self.cadence.fixed is None and not self.variables.ready:
+            self._last_end = now  # the copy function is still compiling off this thread: no copy yet
+            return
         if self.cadence.due(self._since):
-            arrays, specs, meta = self._copy(meta)
+            try:
+                arrays, specs, meta = self._copy(meta)
+            except Exception as exc:  # noqa: BLE001 - the copy function could not be built: train without
+                say(f"tfdist: snapshots off: the host copy failed: {type(exc).__name__}: {exc}")
+                self.close()
+                return
             copied = time.perf_counter()
             self.cadence.copy_took(copied - now)
             self.writer.submit(step, arrays, meta, specs, self.variables.model_count)
@@ -130,4 +146,5 @@ class SnapshotSession:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+            say(self.cadence.breakdown())
         self.store.release_writer()

@@ -5,9 +5,15 @@ tensor, so a copy costs one dispatch and one memcpy per dtype rather than one pe
 (19 variables, 0.2 MiB) on a loaded 2-core machine: ``[v.numpy() for v in ...]`` 26 ms, the same function without
 XLA 8 ms, with XLA 1.3 ms (medians of 200). Where XLA cannot compile it the plain function is used. The
 per-variable arrays handed to the writer are views into those buffers.
+
+Tracing and compiling that function took 0.29 s of the first step's start in a 2-worker digits job (loaded 2-core
+machine), and the other worker waited for it in the first step's collective; :meth:`TrainingVariables.warm_up` does
+it on a background thread instead, while training starts.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -50,6 +56,8 @@ class TrainingVariables:
         self._jit = tf.function(flatten, autograph=False, jit_compile=True)
         self._plain = tf.function(flatten, autograph=False)
         self._flatten: Any = None  # the concrete function in use (traced on the first copy)
+        self._warmed: threading.Event | None = None  # set once a background warm-up has finished
+        self.warm_up_error: BaseException | None = None
         # Where each array lies in its dtype's buffer, computed once: (array index, start, end, shape) per group.
         self._slices = []
         for group in self._groups:
@@ -74,8 +82,39 @@ class TrainingVariables:
             self._flatten = plain
             return self._flatten()
 
+    def warm_up(self, strategy: Any = None) -> None:
+        """Trace, compile and run the copy function once on a background thread (the result is dropped), so the
+        training thread's first copy is a real one and does not wait for the compiler. In ``strategy``'s scope, as
+        ``fit``'s own thread is; a failure is kept in :attr:`warm_up_error` (the copy then raises it)."""
+        if self._warmed is not None:
+            return
+        self._warmed = threading.Event()
+
+        def run() -> None:
+            try:
+                with strategy.scope() if strategy is not None else contextlib.nullcontext():
+                    for tensor in self._flat():
+                        tensor.numpy()
+            except Exception as exc:  # noqa: BLE001 - reported by the first copy, on the training thread
+                self.warm_up_error = exc
+            finally:
+                assert self._warmed is not None
+                self._warmed.set()
+
+        threading.Thread(target=run, name="tfdist-snapshot-warm-up", daemon=True).start()
+
+    @property
+    def ready(self) -> bool:
+        """Whether a copy now costs only the copy (no warm-up under way)."""
+        return self._warmed is None or self._warmed.is_set()
+
     def copy(self) -> list[np.ndarray]:
-        """The current values in host memory, model then extras (what the training step waits for)."""
+        """The current values in host memory, model then extras (what the training step waits for); waits for a
+        warm-up under way."""
+        if self._warmed is not None:
+            self._warmed.wait()
+            if self.warm_up_error is not None:
+                raise self.warm_up_error
         arrays: list[np.ndarray] = [np.empty(0)] * len(self.specs)
         for places, tensor in zip(self._slices, self._flat()):
             flat = tensor.numpy()

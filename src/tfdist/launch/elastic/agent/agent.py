@@ -118,6 +118,7 @@ class Agent:
         self.metrics: LauncherMetrics | None = None  # with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
+        self.firewall = machine_run.open_firewall(spec.tasks.firewall, spec.job, spec.launcher_metrics_port, self.say)
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
@@ -183,7 +184,8 @@ class Agent:
         self.stops.forward(self._forward_stop)
         try:
             self.snapshots = WatchedSnapshotFolder(f"{self.spec.job}-{uuid.uuid4().hex[:8]}", say=self.say)
-            self._start_metrics()
+            self.metrics = machine_run.start_metrics(self.spec.launcher_metrics_port, self.spec.job_name,
+                                                     self.spec.tasks.metrics_host, self.say)
             status = self._run()
             self.result = machine_run.AgentResult(machine_run.cause_of(status), max(0, self.round))
             self.state = self.result.cause.value
@@ -191,6 +193,7 @@ class Agent:
         finally:
             if self.group is not None:
                 self.group.stop(graceful=False)
+            self.firewall.close()  # --firewall: after the tasks are gone
             if self.snapshots is not None:
                 self.snapshots.remove()
             self._discard_spares()
@@ -201,10 +204,6 @@ class Agent:
                 self.metrics.close()
             self.stops.restore()
             self._clean_up_folder()
-
-    def _start_metrics(self) -> None:
-        self.metrics = machine_run.start_metrics(self.spec.launcher_metrics_port, self.spec.job_name,
-                                                 self.spec.tasks.metrics_host, self.say)
 
     def _task_states(self, state: str) -> None:
         if self.group is not None:
@@ -312,6 +311,7 @@ class Agent:
             gpus_per_task=self.spec.gpus_per_task, spares=self.spares, restart_window=self.spec.restart_window,
             snapshot_dir=self.snapshots.path if self.snapshots else None,
             options=self.spec.tasks, say=self.say)
+        self.firewall.admit_round(self.group.plans)  # --firewall: this round's machines, before its tasks listen
         self.group.start()
         self.state = RunState.RUNNING
         if self.metrics is not None and self.round > 0:

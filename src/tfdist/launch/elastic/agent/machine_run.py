@@ -1,6 +1,7 @@
 """What one machine's agent keeps of a multi-machine run, as the single-machine launcher keeps of its own: how the
 job ended in the launcher's words (for the run record that ``tfdist status`` reads), the launcher's own metrics on
-``--launcher-metrics-port``, and the temporary run folder, removed when the job did not fail."""
+``--launcher-metrics-port``, the temporary run folder, removed when the job did not fail, and ``--firewall``'s
+table (launch/firewall/)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tfdist.launch.firewall import Firewall, NoFirewall, firewall_for
 from tfdist.launch.outcome import Cause
 from tfdist.status import ExitStatus
 
@@ -24,6 +26,13 @@ class AgentResult:
 
     cause: Cause
     restarts: int
+
+
+def open_firewall(enabled: bool, job: str, launcher_metrics_port: int | None,
+                  say: Callable[[str], None]) -> Firewall | NoFirewall:
+    """``--firewall``: this machine's table, loaded before any round, guarding the agent's own metrics port in every
+    round (raises UsageError where it cannot work)."""
+    return firewall_for(enabled, job, [launcher_metrics_port], say=say)
 
 
 def cause_of(status: int) -> Cause:

@@ -50,6 +50,7 @@ class TaskOptions:
         tf_log_level: ``--tf-log-level`` as ``TF_CPP_MIN_LOG_LEVEL`` (None: the tasks inherit this process').
         show_output: print the tasks' output here (``--tee``, or no ``--log-dir``); the log files get it anyway.
         flight_recorder: read the tasks before a failed round stops them (``--no-flight-recorder``: never).
+        firewall: ``--firewall``: this machine's task ports admit only the round's machines (launch/firewall/).
     """
 
     job_name: str | None = None
@@ -60,6 +61,7 @@ class TaskOptions:
     tf_log_level: int | None = None
     show_output: bool = True
     flight_recorder: bool = True
+    firewall: bool = False
 
 
 class NodeConsole(Console):

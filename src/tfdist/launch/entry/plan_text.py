@@ -1,5 +1,6 @@
-"""``tfdist launch --dry-run`` across machines: what would run where, printed without starting or contacting anything.
+"""``tfdist launch --dry-run``: what would run where, printed without starting or contacting anything.
 
+- one machine: every task's TF_CONFIG, environment and command, planned by the supervisor's own parts.
 - rendezvous mode (``--nnodes``/``--rdzv-endpoint``): this machine's share, planned by the agent's own parts
   (:class:`~tfdist.launch.elastic.agent.node_group.NodeGroup`), so each task's environment and command are the ones a real
   round would use; only TF_CONFIG waits for the rendezvous, which sends the whole cluster when a round starts.
@@ -7,23 +8,58 @@
 """
 from __future__ import annotations
 
+import json
+import os
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Sequence
 
+from tfdist.launch.entry.compose import Serving
+from tfdist.launch.spec import LaunchSpec
 from tfdist.status import ExitStatus
+
+if TYPE_CHECKING:
+    from tfdist.cluster.placement import Placement
+    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.local.layout import ClusterLayout
+    from tfdist.launch.ssh.driver import DriverSpec
+    from tfdist.protocol import TaskPlan
+
+_SERVED = {Serving.ENDPOINT_OWNER: "served by the machine that owns that address",
+           Serving.ETCD: "kept by the etcd cluster there; no machine of the job serves it",
+           Serving.LAUNCHER: "served by the launcher that starts the agents"}
 
 # Stands for what only exists once the job starts: the rendezvous' port, chosen by the launcher that serves it.
 ENDPOINT_PLACEHOLDER = "<this-machine>:<port-chosen-at-start>"
 
 
-def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
-    """This machine's tasks of a rendezvous-mode job (``spec``: an AgentSpec)."""
+def print_single_plan(spec: LaunchSpec, legacy_keras: bool) -> int:
+    """Every task of a one-machine job, on the ports it would get now."""
+    from tfdist.cluster import TfConfig
+    from tfdist.launch.local.layout import role_meanings
+    from tfdist.launch.local.ports import free_ports, ports_from_base
+    from tfdist.launch.local.taskenv import count_tasks, layout_for, plan_tasks, visible_gpus
+
+    n = count_tasks(spec)
+    ports = ports_from_base(spec.port_base, n, spec.host) if spec.port_base else free_ports(n, spec.host)
+    layout = layout_for(spec, ports)
+    plans = plan_tasks(spec, layout, run_id="dry-run", attempt=0, log_dir=spec.log_dir or "<log-dir>",
+                       gpus=visible_gpus(os.environ), legacy_keras=legacy_keras, environ=os.environ)
+    print("roles:")
+    for line in role_meanings(chief=spec.chief, workers=spec.workers, ps=spec.ps, evaluator=spec.evaluator):
+        print(f"  {line}")
+    for plan in plans:
+        print(f"[{plan.name}] {plan.address}")
+        print_task_plan(plan, json.dumps(TfConfig.parse(plan.tf_config).to_dict(), sort_keys=True))
+    print(f"dry run: {len(plans)} task(s) planned, none started")
+    return ExitStatus.SUCCESS
+
+
+def print_machine_plan(spec: AgentSpec, legacy_keras: bool, serving: Serving) -> int:
+    """This machine's tasks of a rendezvous-mode job (``serving``: who serves its rendezvous)."""
     from tfdist.cluster.address import format_address
     from tfdist.launch.console.tflog import LEVEL_VARIABLE
     from tfdist.launch.elastic.agent.node_group import NodeGroup
     from tfdist.launch.spec import Timeouts
-
-    from tfdist.cli.launch_roles import machine_roles
 
     rank = spec.node_rank
     first = (rank or 0) * spec.slots
@@ -37,8 +73,8 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
                       gpus_per_task=spec.gpus_per_task, options=spec.tasks, roles=roles[0] if roles else None)
     endpoint = format_address(spec.endpoint_host, spec.endpoint_port)
     machines = f"{spec.min_nodes}" if spec.min_nodes == spec.max_nodes else f"{spec.min_nodes}:{spec.max_nodes}"
-    print(f"dry run: job {spec.job}, {machines} machine(s) meeting at the rendezvous {endpoint} (served by the "
-          "machine that owns that address)")
+    print(f"dry run: job {spec.job}, {machines} machine(s) meeting at the rendezvous {endpoint} "
+          f"({_SERVED[serving]})")
     where = f"node rank {rank}" if rank is not None else "node rank by order of arrival"
     ports = (f"ports {spec.port_base}-{spec.port_base + spec.slots - 1}" if spec.port_base is not None
              else "free ports chosen when a round starts")
@@ -68,9 +104,9 @@ def print_machine_plan(spec: Any, legacy_keras: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-def print_hostfile_plan(spec: Any, placement: Any = ()) -> int:
-    """Every host's agent of a host-file job (``spec``: a DriverSpec; ``placement``: where each task of a job with
-    roles runs, from :func:`tfdist.cluster.placement.place`)."""
+def print_hostfile_plan(spec: DriverSpec, placement: Sequence[Placement] = ()) -> int:
+    """Every host's agent of a host-file job (``placement``: where each task of a job with roles runs, from
+    :func:`tfdist.cluster.placement.place`)."""
     from tfdist.launch.ssh.driver import agent_ssh_command
 
     print(f"dry run: job {spec.job} on {len(spec.hosts)} host(s) ({spec.min_nodes} needed to train); the rendezvous "
@@ -102,7 +138,7 @@ def _restarts(budget: int, window: float, backoff: float) -> str:
     return f"restarts after a failure: up to {budget}{within}{wait}"
 
 
-def print_task_plan(plan: Any, tf_config: str) -> None:
+def print_task_plan(plan: TaskPlan, tf_config: str) -> None:
     """One task's dry-run lines below its heading: TF_CONFIG as given, the rest of its environment, its command.
     Shared by the single-machine and the multi-machine dry runs, so both show a task the same way."""
     print(f"  TF_CONFIG={tf_config}")
@@ -110,3 +146,20 @@ def print_task_plan(plan: Any, tf_config: str) -> None:
         if key != "TF_CONFIG":
             print(f"  {key}={value}")
     print(f"  command: {shlex.join(plan.command.argv())}")
+
+
+def machine_roles(spec: AgentSpec) -> tuple[tuple[ClusterLayout, tuple[str, ...]], str] | None:
+    """For a rendezvous dry run: (cluster layout and this machine's tasks, the placement) of a round in which this
+    machine has its node rank (else 0) and the other machines as many slots as this one and no pins."""
+    from tfdist.launch.elastic.rendezvous.round_roles import describe, local_tasks, round_layout
+
+    if spec.roles is None:
+        return None
+    rank = spec.node_rank or 0
+    machines = max(spec.max_nodes, rank + 1)
+    nodes = [(r, f"node{r}", "192.0.2.1", spec.slots, list(spec.node_roles) if r == rank else [])
+             for r in range(machines)]
+    # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
+    workers = [f"192.0.2.{i % 250 + 1}:{1024 + i}" for i in range(machines * spec.slots)]
+    layout, placements = round_layout(nodes, workers, spec.roles)
+    return (layout, local_tasks(placements, rank)), describe(placements)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tfdist.errors import UsageError
+from tfdist.launch.options import CLI_PARAMETER, DEFAULTS, OPTIONS, LaunchOptions
 
 WORKS = None
 HOSTFILE, RENDEZVOUS = "hostfile", "rendezvous"
@@ -52,6 +53,7 @@ ACROSS_MACHINES: dict[str, dict[str, str | None]] = {
     "warm_spares": _both(WORKS),
     "thread_caps": _both(WORKS),  # each machine's cores shared among its own workers
     "flight_recorder": _both(WORKS),  # each agent reads its tasks; the serving machine writes the one report
+    "firewall": _both(WORKS),  # each agent guards its own machine's task ports
     # The task bootstrap runs in every machine's Python tasks; turning it off, and the single-machine rule on failures
     # after training, are not carried to the agents yet.
     "bootstrap": _both("across machines the task bootstrap always runs in Python tasks: drop --no-bootstrap"),
@@ -105,3 +107,15 @@ def refuse_unsupported(mode: str, given: Mapping[str, str]) -> None:
         if hint is not WORKS:
             how = "with --hostfile/--hosts" if mode == HOSTFILE else "with --nnodes/--rdzv-endpoint"
             raise UsageError(f"{shown} is not supported across machines {how}", hint=hint, reference="launch-flag-not-across-machines")
+
+
+def changed_flags(options: LaunchOptions) -> dict[str, str]:
+    """What a launch driven from Python asks for, as the CLI's set flags: every option that differs from its
+    default, as parameter name -> flag. ``live=False`` asks for nothing either (as ``--no-live``)."""
+    given = {}
+    for spec in OPTIONS:
+        value = getattr(options, spec.name)
+        if spec.name == "target" or value == getattr(DEFAULTS, spec.name) or (spec.name == "live" and not value):
+            continue
+        given[CLI_PARAMETER.get(spec.name, spec.name)] = spec.flag
+    return given

@@ -1,23 +1,45 @@
-"""``--chief``, ``--ps N``, ``--evaluator`` across machines: the checks made before anything starts.
+"""Every refusal made before anything starts that needs more than one option's value: GPUs that are not there, a
+job's roles (``--chief``, ``--ps N``, ``--evaluator``) on one machine and across machines.
 
-Every agent places the job's tasks by :mod:`tfdist.cluster.placement` over the round's machines (node-rank order;
-a host file's ``roles=`` or ``--node-roles`` pins a machine). ParameterServerStrategy's cluster spec is fixed for the
-job's life, so a job with roles runs on a fixed number of machines: an elastic range is refused by name.
+Across machines every agent places the job's tasks by :mod:`tfdist.cluster.placement` over the round's machines
+(node-rank order; a host file's ``roles=`` or ``--node-roles`` pins a machine). ParameterServerStrategy's cluster
+spec is fixed for the job's life, so a job with roles runs on a fixed number of machines: an elastic range is refused
+by name. Each check raises :class:`~tfdist.errors.UsageError` naming the flag (exit 2).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import os
+from typing import Mapping, Sequence
 
+from tfdist.cluster.hostfile import HostEntry
+from tfdist.cluster.placement import MachineSlots, Placement, place
 from tfdist.errors import UsageError
+from tfdist.launch.local.taskenv import visible_gpus
 from tfdist.launch.options import LaunchOptions, parse_nnodes
 
 _FIXED = "a job with a chief, parameter servers or an evaluator has a fixed cluster spec (ParameterServerStrategy)"
 
 
+def check_gpus_exist(per_task: int | None, environ: Mapping[str, str] = os.environ) -> None:
+    """--gpus-per-task on a machine where no GPU is visible would silently train on the CPU: refuse it."""
+    if per_task and not visible_gpus(environ):
+        hidden = environ.get("CUDA_VISIBLE_DEVICES")
+        why = f"CUDA_VISIBLE_DEVICES={hidden!r} hides them all" if hidden is not None else "nvidia-smi lists none"
+        raise UsageError(f"--gpus-per-task {per_task}: no GPU is visible here ({why})",
+                         hint="drop --gpus-per-task to train on the CPU, or check tfdist doctor",
+                         reference="launch-no-gpus")
+
+
+def check_ps_has_chief(options: LaunchOptions) -> None:
+    """On one machine and across machines alike. Raises UsageError naming --ps."""
+    if options.ps and not options.chief:
+        raise UsageError(f"--ps {options.ps} needs --chief: under ParameterServerStrategy the chief is the "
+                         "coordinator that runs the training; without one every task waits forever",
+                         hint="add --chief (the workers and parameter servers only serve)")
+
+
 def check_roles(options: LaunchOptions, hostfile: bool) -> None:
     """Refuse what a job with roles cannot do across machines, naming the flag (exit 2)."""
-    from tfdist.cli.launch import check_ps_has_chief
-
     if options.role_counts() is None:
         if options.node_roles:
             raise UsageError("--node-roles pins this machine to roles of a job with --chief/--ps/--evaluator, and "
@@ -35,10 +57,8 @@ def check_roles(options: LaunchOptions, hostfile: bool) -> None:
                          f"{_FIXED}", hint=f"give a fixed number of machines, e.g. --nnodes {high}")
 
 
-def hostfile_placement(options: LaunchOptions, entries: Sequence[Any], source: str) -> list[Any]:
+def hostfile_placement(options: LaunchOptions, entries: Sequence[HostEntry], source: str) -> list[Placement]:
     """Where each task of a host-file job runs (``[]``: workers only), checked before anything starts."""
-    from tfdist.cluster.placement import MachineSlots, place
-
     counts = options.role_counts()
     if counts is None:
         pinned = next((e for e in entries if e.roles), None)
@@ -50,20 +70,3 @@ def hostfile_placement(options: LaunchOptions, entries: Sequence[Any], source: s
         raise UsageError(f"--min-nodes {options.min_nodes} cannot be used with --chief/--ps/--evaluator: {_FIXED}",
                          hint="drop --min-nodes: every listed host is needed")
     return place([MachineSlots(e.name, e.slots or options.workers, e.roles) for e in entries], counts)
-
-
-def machine_roles(spec: Any) -> tuple[Any, str] | None:
-    """For a rendezvous dry run: (cluster layout and this machine's tasks, the placement) of a round in which this
-    machine has its node rank (else 0) and the other machines as many slots as this one and no pins."""
-    from tfdist.launch.elastic.rendezvous.round_roles import describe, local_tasks, round_layout
-
-    if spec.roles is None:
-        return None
-    rank = spec.node_rank or 0
-    machines = max(spec.max_nodes, rank + 1)
-    nodes = [(r, f"node{r}", "192.0.2.1", spec.slots, list(spec.node_roles) if r == rank else [])
-             for r in range(machines)]
-    # Stand-in addresses (TEST-NET-1, never a real machine) for the cluster the rendezvous will send.
-    workers = [f"192.0.2.{i % 250 + 1}:{1024 + i}" for i in range(machines * spec.slots)]
-    layout, placements = round_layout(nodes, workers, spec.roles)
-    return (layout, local_tasks(placements, rank)), describe(placements)
