@@ -18,6 +18,7 @@ from tests.unit.elastic.tcp.rdzv_peer import SECRET, Peer, closed_without_a_word
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp.client import Refused, RendezvousLink
+from tfdist.launch.elastic.tcp.admission_rules import FRESH_PER_SOURCE
 from tfdist.launch.elastic.rendezvous.membership import KEPT_EVENTS, MembershipPolicy, Node, RendezvousSettings
 
 
@@ -215,9 +216,9 @@ def test_6_accept_goes_on_after_emfile():
 def test_7_idle_strangers_cannot_keep_a_member_out(monkeypatch):
     monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)  # they would stay a minute if they could
     with live_server(min_nodes=1, max_nodes=1) as server:
-        idle = [stranger(server) for _ in range(12)]
-        wait_until(lambda: sum(server._pending.values()) == 4, what="the per-source cap")
-        assert sum(closed_without_a_word(sock, timeout=2) for sock in idle) >= 8
+        idle = [stranger(server) for _ in range(20)]
+        wait_until(lambda: sum(server._pending.values()) == FRESH_PER_SOURCE, what="the per-source cap")
+        assert sum(closed_without_a_word(sock, timeout=2) for sock in idle) >= 20 - FRESH_PER_SOURCE
         peer = Peer(server)
         assert isinstance(peer.join(), M.Welcome)
 
@@ -226,7 +227,7 @@ def test_7_idle_strangers_from_many_addresses_cannot_keep_a_member_out(monkeypat
     monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)  # they would stay a minute if they could
     with live_server(min_nodes=1, max_nodes=1) as server:
         server._admission.room = 32  # the least a job gets is 64: 32 keeps the test short
-        # 12 addresses x 4 (the per-source cap): more than the 32 slots in all; each newcomer takes the oldest's.
+        # 12 addresses x 4: more than the 32 slots in all; each newcomer takes the oldest's.
         idle = [stranger(server, f"127.0.1.{1 + i // 4}") for i in range(48)]
         wait_until(lambda: sum(server._pending.values()) == 32, what="every slot")
         peer = Peer(server)  # the newest connection: the oldest stranger gives way to it

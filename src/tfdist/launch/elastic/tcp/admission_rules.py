@@ -6,7 +6,10 @@ import collections
 import resource
 
 PENDING_PER_SOURCE = 4  # challenged connections of a suspect source address
-FRESH_PER_SOURCE = 4  # connections of one source address whose hello is not complete (the oldest gives way)
+# Connections of one source address whose hello is not complete (the oldest of that address gives way): enough
+# that a fleet behind one NAT address arriving at once is accepted faster than its hellos are read, few enough that
+# one address cannot take the room from everyone else's.
+FRESH_PER_SOURCE = 16
 PENDING_TOTAL = 64  # the least room for unauthenticated connections, whatever the job's size
 SUSPECT_S = 30.0  # how long a source address that failed a handshake stays suspect
 DEFAULT_NODES = 512  # the job size assumed when the server does not say (``nodes``)
