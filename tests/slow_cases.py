@@ -26,6 +26,8 @@ SLOW_MODULES = (
 
 # Single tests (a parametrised test without its [id]: all of its cases).
 SLOW_TESTS = frozenset({
+    "tests/unit/elastic/tcp/test_rdzv_fleet.py::test_a_burst_of_256_machines_from_their_own_addresses_is_all_welcomed",
+    "tests/unit/elastic/tcp/test_rdzv_fleet.py::test_twenty_addresses_flooding_connections_do_not_evict_an_agent_100_ms_away",
     "tests/cli/test_completion.py::test_bash_completes_subcommands_and_flags",
     "tests/cli/test_doctor_wsl_conda.py::test_wsl2_without_loader_conf_gets_the_wsl_fix",
     "tests/cli/test_endpoints_cli.py::test_launcher_metrics_on_a_non_loopback_address_warn",

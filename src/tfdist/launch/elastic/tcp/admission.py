@@ -7,12 +7,24 @@ added to a join. Here the accept, the challenge, the agent's proof and its join 
 what the current step needs); the server then welcomes the member and only after that starts the member's own
 thread (``server.py``).
 
-What a stranger can do is bounded (``server.py`` states the caps): at most :data:`PENDING_PER_SOURCE`
-unauthenticated connections per address (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are
-taken, the oldest gives way to the newcomer); each must finish the handshake within ``auth.HANDSHAKE_S`` seconds of
-its accept, and a connection that proved the secret gets ``auth.HANDSHAKE_S`` more for its join, holding no slot.
-A stranger holds at most :data:`auth.HELLO` bytes; one that fails anything is closed without a word. The accept
-survives running out of file descriptors (a line, a pause, and on).
+Fair at scale (issue 33: a thousand machines arrive in the same second, and strangers are about). An unauthenticated
+connection is in one of two stages:
+
+- *fresh*: accepted, its hello not complete. These are the only connections that ever give way to a newcomer:
+  at most :data:`FRESH_PER_SOURCE` per source address (the oldest of that address gives way) and :attr:`room` in
+  all (the oldest gives way). A real agent sends its hello with its connect, so it is fresh for a round trip at
+  most; idle connections, even from a machine's own address (another user, a NAT), only evict each other.
+- *challenged*: it sent a well-formed hello and was answered; its proof is due. Never evicted: when :attr:`room`
+  are challenged, a newcomer's hello is answered :data:`auth.BUSY` and closed, and the agent tries again (it backs
+  off, ``retry.py``). Per source address there is no cap, so that a fleet behind one NAT address gets in at
+  once, except for a *suspect* address: one whose connection failed the handshake (a wrong hello, a wrong proof,
+  no proof in time) in the last :data:`SUSPECT_S` seconds; it holds at most :data:`PENDING_PER_SOURCE`.
+
+:attr:`room` scales with the job (``nodes``: ``--nnodes`` max; :func:`handshake_room`), and the listen backlog
+with it. Each connection must finish the handshake within ``auth.HANDSHAKE_S`` seconds of its accept, and one that
+proved the secret gets ``auth.HANDSHAKE_S`` more for its join, holding no slot. A stranger holds at most
+:data:`auth.HELLO` bytes; one that fails anything is closed without a word. The accept survives running out of
+file descriptors (a line, a pause, and on).
 """
 from __future__ import annotations
 
@@ -27,11 +39,10 @@ import time
 from typing import Callable
 
 from tfdist.launch.elastic.tcp import auth
+from tfdist.launch.elastic.tcp.admission_rules import (  # noqa: F401 - the caps, read by server.py and tests
+    ACCEPT_BACKOFF_S, ACCEPTS_PER_WAKE, DEFAULT_NODES, FRESH_PER_SOURCE, PENDING_PER_SOURCE, PENDING_TOTAL,
+    Suspects, descriptor_limit, handshake_room, listen_backlog)
 
-PENDING_PER_SOURCE = 4
-PENDING_TOTAL = 32
-ACCEPT_BACKOFF_S = 0.1
-ACCEPTS_PER_WAKE = 16  # then the handshakes under way get their turn
 _LENGTH = struct.Struct(">I")
 _HELLO, _PROOF, _JOIN = 0, 1, 2  # what a connection's next bytes are
 _WAKE = "wake"  # the selector's mark for the wake-up pair
@@ -50,6 +61,10 @@ class _Handshake:
         self.session: auth.Session | None = None
 
 
+class _Busy(Exception):
+    """No room to challenge this hello now."""
+
+
 class _Parked:
     """A welcomed member whose own thread has not started yet: it starts when the member first speaks."""
 
@@ -63,21 +78,28 @@ class Admission:
     """The accept loop. ``admitted(sock, session, payload)``: a connection that proved the secret, with its first
     frame's payload (its join, not yet decoded); called on this thread, and it must not wait on the peer.
 
-    ``pending`` (unauthenticated connections per source address) and ``waiting`` (the same connections, oldest
-    first) are this thread's; others may read them (the tests do).
+    ``pending`` (unauthenticated connections per source address), ``waiting`` (the same connections, oldest
+    first) and ``suspects`` (source address -> when it last failed a handshake) are this thread's; others may read
+    them (the tests do). ``nodes``: the job's ``--nnodes`` max, which sizes :attr:`room` and the listen backlog.
     """
 
     def __init__(self, accept: Callable[[], tuple[socket.socket, tuple]], listener: socket.socket, secret: bytes,
                  *, admitted: Callable[[socket.socket, auth.Session, bytes], None], say: Callable[[str], None],
-                 closing: threading.Event) -> None:
+                 closing: threading.Event, nodes: int = DEFAULT_NODES) -> None:
         self._accept_one = accept  # through the server, which owns the listener
         self._listener = listener
         self._secret = secret
         self._admitted = admitted
         self._say = say
         self._closing = closing
+        self.room = handshake_room(nodes, descriptor_limit())
+        self.backlog = listen_backlog(nodes)
         self.pending: dict[str, int] = {}
         self.waiting: dict[socket.socket, _Handshake] = {}
+        self._fresh: dict[socket.socket, _Handshake] = {}  # their hello is not complete: these may give way
+        self._fresh_from: dict[str, dict[socket.socket, _Handshake]] = {}  # the same, per source, oldest first
+        self._challenged_from: dict[str, int] = {}
+        self.suspects = Suspects()
         self._proved: dict[socket.socket, _Handshake] = {}  # proved the secret, their join not complete yet
         self._parked: dict[socket.socket, _Parked] = {}
         self._selector = selectors.DefaultSelector()
@@ -89,6 +111,10 @@ class Admission:
         self._wake_there.setblocking(False)
 
     def run(self) -> None:
+        try:  # listen again: on Linux this sets the backlog of the listening socket (a burst waits in the kernel)
+            self._listener.listen(self.backlog)
+        except OSError:
+            pass
         self._listener.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._wake_here.setblocking(False)
@@ -104,9 +130,13 @@ class Admission:
             for shake in [*self.waiting.values(), *self._proved.values()]:
                 shake.sock.close()
             self.waiting.clear()
+            self._fresh.clear()
+            self._fresh_from.clear()
+            self._challenged_from.clear()
             self._proved.clear()
             self._parked.clear()  # members: their connections are the server's to close
             self.pending.clear()
+            self.suspects.clear()
             self._selector.close()
             self._wake_here.close()
             self._wake_there.close()
@@ -179,7 +209,7 @@ class Admission:
                 self._step(key.data)
         now = time.monotonic()
         for shake in [s for s in (*self.waiting.values(), *self._proved.values()) if s.deadline <= now]:
-            self._drop(shake)  # too slow: closed without a word
+            self._drop(shake, failed=shake.step == _PROOF)  # too slow: closed without a word
 
     def _accept(self) -> bool:
         """Accept what is waiting; False when the listener is gone."""
@@ -199,11 +229,11 @@ class Admission:
         return True
 
     def _admit(self, sock: socket.socket, source: str) -> None:
-        if self.pending.get(source, 0) >= PENDING_PER_SOURCE:
-            sock.close()  # say nothing: a stranger learns only that the port is busy
-            return
-        if len(self.waiting) >= PENDING_TOTAL:  # the oldest unauthenticated connection gives way
-            self._drop(next(iter(self.waiting.values())))
+        mine = self._fresh_from.get(source)
+        if mine is not None and len(mine) >= FRESH_PER_SOURCE:  # that address's oldest fresh connection gives way
+            self._drop(next(iter(mine.values())))
+        if len(self._fresh) >= self.room:  # the oldest fresh connection gives way; a challenged one never does
+            self._drop(next(iter(self._fresh.values())))
         shake = _Handshake(sock, source, time.monotonic() + auth.HANDSHAKE_S)
         self._sweep()
         try:
@@ -214,8 +244,17 @@ class Admission:
             sock.close()
             return
         self.waiting[sock] = shake
+        self._fresh[sock] = shake
+        self._fresh_from.setdefault(source, {})[sock] = shake
         self.pending[source] = self.pending.get(source, 0) + 1
         self._step(shake)  # the hello is often here already
+
+    def _room_for_challenge(self, shake: _Handshake) -> bool:
+        """Whether a well-formed hello may be answered now (False: the server is busy for it)."""
+        if len(self.waiting) - len(self._fresh) >= self.room:
+            return False
+        return not (self._challenged_from.get(shake.source, 0) >= PENDING_PER_SOURCE
+                    and self.suspects.holds(shake.source, time.monotonic()))
 
     def _step(self, shake: _Handshake) -> None:
         """Read what has arrived (never more than the current step needs) and answer it; never waits."""
@@ -231,14 +270,22 @@ class Admission:
                     return
         except BlockingIOError:
             return
-        except (auth.AuthError, OSError, ValueError):
-            self._drop(shake)  # not an agent of this job, or gone: closed without a word
+        except _Busy:
+            self._busy(shake)
+        except auth.ClosedEarly:
+            self._drop(shake, failed=shake.step == _PROOF)  # gone: closed without a word
+        except (auth.AuthError, ValueError):
+            self._drop(shake, failed=True)  # not an agent of this job: closed without a word
+        except OSError:
+            self._drop(shake)
 
     def _advance(self, shake: _Handshake) -> bool:
         """The current step's bytes are all there: answer them. True when there is nothing more to read now."""
         data = bytes(shake.buffer)
         if shake.step == _HELLO:
-            answer, agent_nonce, server_nonce = auth.answer_hello(self._secret, data)
+            answer, agent_nonce, server_nonce = auth.answer_hello(self._secret, data)  # AuthError: not an agent
+            if not self._room_for_challenge(shake):
+                raise _Busy()
             try:  # a fresh socket's buffer is empty: it always fits in practice, and this never waits
                 sent = shake.sock.send(answer)
             except BlockingIOError:
@@ -250,6 +297,7 @@ class Admission:
             shake.session = auth.Session(self._secret, agent_nonce, server_nonce, is_server=True)
             shake.step, shake.need = _PROOF, auth.MAC + _LENGTH.size  # the proof and the join's length
             shake.buffer.clear()
+            self._challenge(shake)
             return True  # the proof comes only after the agent read the challenge: no read that must fail now
         elif shake.step == _PROOF:
             if not hmac.compare_digest(data[: auth.MAC], shake.expected):
@@ -282,16 +330,50 @@ class Admission:
             return True
         return False
 
+    def _challenge(self, shake: _Handshake) -> None:
+        """Fresh -> challenged: it holds a slot that no newcomer takes."""
+        self._unfresh(shake)
+        self._challenged_from[shake.source] = self._challenged_from.get(shake.source, 0) + 1
+
+    def _unfresh(self, shake: _Handshake) -> None:
+        if self._fresh.pop(shake.sock, None) is None:
+            return
+        mine = self._fresh_from.get(shake.source)
+        if mine is not None:
+            mine.pop(shake.sock, None)
+            if not mine:
+                del self._fresh_from[shake.source]
+
     def _forget(self, shake: _Handshake) -> None:
         if self.waiting.pop(shake.sock, None) is None:
             return
+        if shake.sock in self._fresh:
+            self._unfresh(shake)
+        else:
+            left = self._challenged_from.get(shake.source, 1) - 1
+            if left > 0:
+                self._challenged_from[shake.source] = left
+            else:
+                self._challenged_from.pop(shake.source, None)
         left = self.pending.get(shake.source, 1) - 1
         if left > 0:
             self.pending[shake.source] = left
         else:
             self.pending.pop(shake.source, None)
 
-    def _drop(self, shake: _Handshake) -> None:
+    def _busy(self, shake: _Handshake) -> None:
+        """No room to challenge it: say :data:`auth.BUSY` (one non-blocking send; unproved, it only tells an agent
+        to try again, which it would do anyway) and close."""
+        try:
+            shake.sock.send(auth.BUSY)
+        except OSError:
+            pass
+        self._drop(shake)
+
+    def _drop(self, shake: _Handshake, *, failed: bool = False) -> None:
+        """Close a handshake's connection; ``failed``: it failed the handshake (its source becomes suspect)."""
+        if failed:
+            self.suspects.mark(shake.source, time.monotonic())
         self._forget(shake)
         self._proved.pop(shake.sock, None)
         try:

@@ -29,6 +29,7 @@ import time
 from typing import Callable
 
 MAGIC = b"TFDRDZV1"
+BUSY = b"TFDBUSY1"  # instead of the challenge: no room for another handshake now, try again (unproved: a hint)
 NONCE = 32
 MAC = 32
 HELLO = len(MAGIC) + NONCE
@@ -44,7 +45,19 @@ class AuthError(Exception):
 
 
 class ClosedEarly(AuthError):
-    """The peer closed the connection during the handshake without a word (a busy server closes that way too)."""
+    """The peer closed (or reset) the connection during the handshake without a word."""
+
+
+class Reset(ClosedEarly):
+    """The peer reset the connection during the handshake (a full listen backlog or a closed port resets too)."""
+
+
+class Busy(ClosedEarly):
+    """The server answered :data:`BUSY` and closed: it has no room for another handshake now."""
+
+
+class HandshakeTimeout(AuthError):
+    """The handshake did not finish in time (the peer said nothing, or not all of it)."""
 
 
 def hkdf(secret: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
@@ -72,14 +85,14 @@ def receive_exactly(sock: socket.socket, count: int, deadline: float) -> bytes:
     while have < count:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AuthError("the handshake took too long")
+            raise HandshakeTimeout("the handshake took too long")
         sock.settimeout(left)
         try:
             chunk = sock.recv(count - have)
         except socket.timeout:
-            raise AuthError("the handshake took too long") from None
+            raise HandshakeTimeout("the handshake took too long") from None
         except ConnectionResetError:
-            chunk = b""
+            raise Reset("the peer reset the connection during the handshake") from None
         if not chunk:
             raise ClosedEarly("the peer closed the connection during the handshake")
         chunks.append(chunk)
@@ -92,7 +105,7 @@ def _send_before(sock: socket.socket, data: bytes, deadline: float) -> None:
     try:
         sock.sendall(data)
     except socket.timeout:
-        raise AuthError("the handshake took too long") from None
+        raise HandshakeTimeout("the handshake took too long") from None
 
 
 class Session:
@@ -141,7 +154,10 @@ def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHA
     deadline = time.monotonic() + timeout
     agent_nonce = secrets.token_bytes(NONCE)
     _send_before(sock, MAGIC + agent_nonce, deadline)
-    answer = receive_exactly(sock, NONCE + MAC, deadline)
+    head = receive_exactly(sock, len(BUSY), deadline)
+    if head == BUSY:
+        raise Busy("the rendezvous is busy (no room for another handshake now)")
+    answer = head + receive_exactly(sock, NONCE + MAC - len(BUSY), deadline)
     server_nonce, proof = answer[:NONCE], answer[NONCE:]
     if server_nonce == agent_nonce:  # a mirror that echoes our own bytes back proves nothing
         raise AuthError("the server did not prove the job secret")

@@ -4,11 +4,16 @@ and loss detection.
 Mechanism only; what the agent does with the messages is in ``agent.py``. The rendezvous counts as lost when the
 connection closes or when nothing (not even a ``ping``) arrived for ``node_timeout`` seconds. Whatever answers on
 the endpoint must prove the job secret before the agent says anything about the job (``auth.py``); one that
-cannot (another program on the port, another job, a squatter) ends the agent with exit status 2.
+answers and cannot (another program on the port, another job, a different secret) ends the agent with exit status
+2. Every other failure before the welcome (nobody listening, busy, closed, reset, timed out) is tried again with
+jittered exponential back-off (``retry.py``) until the deadline (``--rdzv-timeout``), with a line every 10 s: a
+thousand machines arriving in the same second wait their turn instead of quitting (issue 33).
 """
 from __future__ import annotations
 
 import queue
+import random
+import select
 import socket
 import threading
 import time
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tfdist.cluster.address import format_address
 from tfdist.launch.elastic.tcp import auth
+from tfdist.launch.elastic.tcp.retry import PROGRESS_EVERY_S, Backoff, gave_up_text, progress_due, waiting_line
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire as P
 from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed  # noqa: F401 - re-exported
@@ -25,14 +31,21 @@ from tfdist.validate import printable
 if TYPE_CHECKING:  # the server imports nothing of this module; the agent passes its server when it serves
     from tfdist.launch.elastic.tcp.server import RendezvousServer
 
-PROGRESS_EVERY_S = 10.0  # a line this often while the endpoint does not answer
-CLOSED_EARLY_S = 10.0  # an endpoint that closes every connection unanswered this long is not our rendezvous
+CONNECT_TIMEOUT_S = 2.0  # one connect; then the back-off and another (a dropped SYN is retried by the kernel)
+
+
+class _TryAgain(Exception):
+    """A failure before the welcome that is not a proven refusal; its text says what happened."""
 
 
 class RendezvousLink:
+    """``source``: the local address to connect from (None: the system's choice; the tests give each agent its own
+    loopback address, as a fleet's machines have)."""
+
     def __init__(self, host: str, ip: str, port: int, node_timeout: float, *, secret: bytes,
                  watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None,
-                 progress_every: float = PROGRESS_EVERY_S, here: RendezvousServer | None = None) -> None:
+                 progress_every: float = PROGRESS_EVERY_S, here: RendezvousServer | None = None,
+                 source: str | None = None, backoff: Backoff = Backoff()) -> None:
         self.where = format_address(host, port)
         self.ip, self.port = ip, port
         self.node_timeout = node_timeout
@@ -44,35 +57,41 @@ class RendezvousLink:
         self._messages: queue.Queue[M.Message | None] = queue.Queue()
         self._last_heard = time.monotonic()
         self._here = here  # the rendezvous this process serves: joined over a socket pair, not TCP
-
-    def _connect_socket(self, deadline: float, give_up: Callable[[], bool]) -> socket.socket:
-        started = last_line = time.monotonic()
-        why = "no answer"
-        while True:
-            try:
-                return socket.create_connection((self.ip, self.port), timeout=2.0)
-            except OSError as bad:
-                why = bad.strerror or str(bad)
-            if self.watch_stdin and stdin_closed():
-                raise Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED))
-            now = time.monotonic()
-            if now > deadline or give_up():
-                raise TimeoutError(f"no rendezvous at {self.where} in time ({why})")
-            if now - last_line >= self._progress_every:
-                last_line = now
-                self._say(f"waiting for the rendezvous at {self.where}: {why} ({now - started:.0f}s of "
-                          f"{deadline - started:.0f}s)")
-            time.sleep(0.2)
+        self._source = source
+        self._backoff = backoff
+        self.tries = 0  # connections tried by the last connect (the tests and the benchmark read it)
 
     def connect(self, join: dict[str, Any], deadline: float, give_up: Callable[[], bool]) -> None:
-        """Connect (retrying until ``deadline`` or ``give_up()``), prove the secret both ways, and join.
+        """Connect, prove the secret both ways, and join; what fails before the welcome and is not a proven refusal
+        is tried again (jittered back-off, a line every ``progress_every`` s) until ``deadline`` or ``give_up()``.
 
         Raises:
             Refused: refused, or not this job's rendezvous, or the launcher that started us is gone.
-            TimeoutError: nobody answered in time.
+            TimeoutError: not let in in time (the message says what happened last).
         """
         first = M.encode(M.make("join", **join))
-        sock, session = self._join_here(first) or self._handshake(first, deadline, give_up)
+        started = last_line = time.monotonic()
+        self.tries = 0
+        while True:
+            self.tries += 1
+            try:
+                return self._connect_once(first, deadline)
+            except _TryAgain as again:
+                what = str(again)
+            if self.watch_stdin and stdin_closed():
+                raise Refused("the launcher that started this agent is gone", int(ExitStatus.PREEMPTED))
+            now = time.monotonic()
+            pause = None if give_up() else self._backoff.pause(self.tries, random.random(), now, deadline)
+            if pause is None:
+                raise TimeoutError(gave_up_text(self.where, what, self.tries))
+            if progress_due(now, last_line, self._progress_every):
+                last_line = now
+                self._say(waiting_line(self.where, what, self.tries, now - started, deadline - started))
+            time.sleep(pause)
+
+    def _connect_once(self, first: bytes, deadline: float) -> None:
+        """One try: joined (``self.channel`` set and welcomed), or _TryAgain / Refused / TimeoutError."""
+        sock, session = self._join_here(first) or self._handshake(first, deadline)
         # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved). The reader
         # thread starts now, while the server checks the join (its start is off the welcome's path), and waits at
         # `go` until the welcome was read; it then releases the channel, which writes what was queued meanwhile, in
@@ -95,6 +114,16 @@ class RendezvousLink:
         self._last_heard = time.monotonic()
         self._messages = inbox
 
+    def _open(self, deadline: float) -> socket.socket:
+        timeout = max(0.05, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
+        try:
+            return socket.create_connection((self.ip, self.port), timeout=timeout,
+                                            source_address=None if self._source is None else (self._source, 0))
+        except socket.timeout:
+            raise _TryAgain("the connect timed out") from None
+        except OSError as bad:
+            raise _TryAgain((bad.strerror or str(bad)).lower()) from None
+
     def _join_here(self, first: bytes) -> tuple[socket.socket, auth.Session] | None:
         """Joined to the rendezvous of this process (no handshake with itself), or None."""
         if self._here is None:
@@ -104,31 +133,34 @@ class RendezvousLink:
         except OSError:
             return None  # closing, or out of descriptors: over TCP, as any other agent
 
-    def _handshake(self, first: bytes, deadline: float,
-                   give_up: Callable[[], bool]) -> tuple[socket.socket, auth.Session]:
-        """Connected, the secret proved both ways and ``first`` (the join) sent: ``auth.agent_handshake``."""
-        closing_since: float | None = None
-        while True:
-            sock = self._connect_socket(deadline, give_up)
+    def _handshake(self, first: bytes, deadline: float) -> tuple[socket.socket, auth.Session]:
+        """Connected, the secret proved both ways and ``first`` (the join) sent: ``auth.agent_handshake``. Raises
+        Refused only when whatever answered failed to prove the job secret; _TryAgain for the rest."""
+        sock = self._open(deadline)
+        try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                # The join goes in the same write as the agent's proof, after the server proved the secret.
-                session = auth.agent_handshake(sock, self._secret, first=first)
-                return sock, session
-            except auth.ClosedEarly:
-                # A busy server (too many connections waiting) closes without a word; so does a squatter.
-                sock.close()
-                closing_since = closing_since or time.monotonic()
-                if time.monotonic() - closing_since < CLOSED_EARLY_S and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                bad: Exception = auth.AuthError(f"it closed every connection for {CLOSED_EARLY_S:g}s")
-            except (auth.AuthError, OSError) as error:
-                sock.close()
-                bad = error
+            # The join goes in the same write as the agent's proof, after the server proved the secret.
+            timeout = max(0.05, min(auth.HANDSHAKE_S, deadline - time.monotonic()))
+            return sock, auth.agent_handshake(sock, self._secret, timeout=timeout, first=first)
+        except auth.Busy:
+            why = "busy (no room for another handshake now)"
+        except auth.Reset:
+            why = "reset the connection during the handshake"
+        except auth.ClosedEarly:
+            why = "closed the connection during the handshake"
+        except auth.HandshakeTimeout:
+            why = "the handshake timed out"
+        except auth.AuthError as bad:  # it answered, and not with this job's proof
+            sock.close()
             raise Refused(f"{self.where} did not prove this job's secret ({bad}): not this job's rendezvous "
                           "(another program on the port, another job, or a different secret)",
-                          int(ExitStatus.USAGE))
+                          int(ExitStatus.USAGE)) from None
+        except ConnectionResetError:
+            why = "reset the connection during the handshake"
+        except OSError as bad:
+            why = f"the handshake failed ({(bad.strerror or str(bad)).lower()})"
+        sock.close()
+        raise _TryAgain(why)
 
     def _welcome(self, channel: P.Channel, patience: float) -> M.Welcome:
         """The server's answer to the join: its welcome, or Refused / TimeoutError (the channel is then closed)."""
@@ -137,19 +169,20 @@ class RendezvousLink:
             answer = channel.receive(deadline=time.monotonic() + patience / 2)
         except TimeoutError:
             channel.close()
-            raise TimeoutError(f"the rendezvous at {self.where} did not answer the join within {patience:g}s") \
-                from None
-        except (OSError, M.ProtocolError, auth.AuthError) as bad:
+            raise _TryAgain(f"no answer to the join within {patience:g}s") from None
+        except (M.ProtocolError, auth.AuthError) as bad:  # it proved the secret, then spoke something else
             channel.close(f"{bad}" or type(bad).__name__)
-            answer = None
+            raise Refused(f"{self.where} answered with something that is not this protocol ({bad})",
+                          int(ExitStatus.USAGE)) from None
+        except OSError as bad:
+            channel.close()
+            raise _TryAgain(f"the connection failed before the welcome ({(bad.strerror or str(bad)).lower()})") \
+                from None
         if not isinstance(answer, M.Welcome):
             channel.close()
             if isinstance(answer, M.Refused):
                 raise Refused(printable(answer.reason), answer.status)
-            if answer is None and channel.dropped_reason:
-                raise Refused(f"{self.where} answered with something that is not this protocol "
-                              f"({channel.dropped_reason})", int(ExitStatus.USAGE))
-            raise Refused("the rendezvous closed the connection", int(ExitStatus.TASK_FAILED))
+            raise _TryAgain("closed the connection before the welcome")
         return answer
 
     def _read(self, channel: P.Channel, inbox: queue.Queue, go: threading.Event) -> None:

@@ -6,12 +6,12 @@ machine that sends nothing for ``node_timeout`` seconds is lost even though its 
 closes nothing). Served by the agent on the machine that owns the ``--rdzv-endpoint`` address, or by the host-file
 driver.
 
-What a stranger can do to it is bounded: a connection must finish the handshake (``auth.py``) within
-``auth.HANDSHAKE_S`` seconds and then join; at most :data:`PENDING_PER_SOURCE` unauthenticated connections per
-address wait at once (more are closed at once) and :data:`PENDING_TOTAL` in all (when all are taken, the oldest
-gives way to the newcomer), so idle strangers, even from many addresses, cannot keep the real machines out: a real
-machine's handshake takes a millisecond, a stranger's slot lasts until 32 newer connections came. A connection
-stops counting once it proved the secret. No message is sent while the state lock is held (each peer's sends are
+What a stranger can do to it is bounded (``admission.py`` and ``admission_rules.py`` hold the rules): a connection
+must finish the handshake (``auth.py``) within ``auth.HANDSHAKE_S`` seconds and then join; room for unauthenticated
+connections and the listen backlog scale with the job's ``--nnodes`` max; a connection that sent a well-formed
+hello is never evicted for a newcomer (a newcomer finding no room is told "busy" and tries again), and a source
+address is held to :data:`PENDING_PER_SOURCE` only after it failed a handshake, so a NAT'd fleet is not. A
+connection stops counting once it proved the secret. No message is sent while the state lock is held (each peer's sends are
 written with one non-blocking send or queued, ``wire.py``); a peer whose messages do not fit the protocol, or that
 stops reading, loses its own connection. The agent of the machine that serves the endpoint joins in-process
 (:meth:`RendezvousServer.join_here`).
@@ -66,7 +66,7 @@ class RendezvousServer:
         self.finished = threading.Event()
         self._closing = threading.Event()  # joins after the job finished are refused ("over") until then
         self._admission = Admission(lambda: self._listener.accept(), self._listener, secret, admitted=self._admitted,
-                                    say=say, closing=self._closing)
+                                    say=say, closing=self._closing, nodes=settings.max_nodes)
         self._pending = self._admission.pending  # unauthenticated connections per source address
         self._waiting = self._admission.waiting  # the same connections, oldest first
         self.result: Finish | None = None
