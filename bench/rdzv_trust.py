@@ -40,16 +40,32 @@ BASELINE = "c69331f"
 WORKER = r"""
 import json, os, socket, statistics, sys, threading, time
 WORKER_SOURCE = os.environ["RDZV_BENCH_WORKER"]
+import importlib
+def _room(*names):  # module names built at run time: the tree may be today's, the flat elastic/ or older
+    return [importlib.import_module("tfdist.launch." + name) for name in names]
 try:
     from tfdist.launch.elastic.tcp.server import RendezvousServer
     from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings as Settings
     from tfdist.launch.elastic.tcp.client import RendezvousLink
     secret = {"secret": bytes(range(32))}
 except ImportError:
-    from tfdist.launch.rdzv_server import RendezvousServer
-    from tfdist.launch.elastic import Settings
-    from tfdist.launch.rdzv_client import RendezvousLink
-    secret = {}
+    try:  # launch/elastic/ before issue 32's regroup
+        _server, _policy, _client = _room("elastic" + ".server", "elastic" + ".membership", "elastic" + ".client")
+        RendezvousServer, Settings, RendezvousLink = _server.RendezvousServer, _policy.RendezvousSettings, _client.RendezvousLink
+        secret = {"secret": bytes(range(32))}
+    except ImportError:
+        from tfdist.launch.rdzv_server import RendezvousServer
+        from tfdist.launch.elastic import Settings
+        from tfdist.launch.rdzv_client import RendezvousLink
+        secret = {}
+try:  # typed sends (issue 32): the link takes message objects
+    from tfdist.launch.elastic.messages import protocol as _M
+    TYPED = hasattr(_M, "checked")
+except ImportError:
+    TYPED = False
+
+def send(link, kind, **fields):
+    link.send(_M.make(kind, **fields)) if TYPED else link.send(kind, **fields)
 
 def join(i):
     return dict(job="bench", name=f"m{i}", node_rank=None, address="127.0.0.1", slots=1,
@@ -73,7 +89,7 @@ def joins(count, port, key, first=False, here=None):
         one = link(port, here)
         one.connect(join(i), time.monotonic() + 10, lambda: False)
         if first:  # the agent's first message (a real agent's ready follows its welcome at once)
-            one.send("ping")
+            send(one, "ping")
         taken.append(time.perf_counter() - t0)
         one.close()
     CPU[key] = (time.process_time() - started) / count * 1000
@@ -89,7 +105,7 @@ def starts(count):
         links = [link(port), link(port)]
         for k, each in enumerate(links):
             each.connect(join(k), time.monotonic() + 10, lambda: False)
-            each.send("ready", ports=[20000 + k], backup=None)
+            send(each, "ready", ports=[20000 + k], backup=None)
         for each in links:
             while True:
                 message = each.next_message(5.0)

@@ -13,6 +13,7 @@ SLOW_MODULES = (
     "tests/cli/test_dump_cli.py",
     "tests/cli/test_launch_firewall_cli.py",
     "tests/cli/test_status_logs_cli.py",
+    "tests/integration/test_backend_contract.py",
     "tests/integration/test_etcd_backend.py",
     "tests/integration/test_etcd_cluster.py",
     "tests/integration/test_launch_ports.py",

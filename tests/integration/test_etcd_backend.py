@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from tests.integration.etcd_cluster import LocalEtcd, why_no_etcd
+from tfdist.launch.elastic.messages import protocol as M
+from tfdist.launch.outcome import Outcome
 
 pytestmark = [pytest.mark.skipif(why_no_etcd() is not None, reason=str(why_no_etcd()))]
 
@@ -79,7 +81,7 @@ class FakeAgent:
                           address=f"127.0.0.{self.index + 1}", slots=1, versions={}, layout=self.layout),
                      time.monotonic() + 20,
                      lambda: False)
-        link.send("ready", ports=[20000 + self.index], backup=None)
+        link.send(M.Ready(ports=[20000 + self.index]))
         round_started: float | None = None
         current = -1
         while True:
@@ -88,21 +90,21 @@ class FakeAgent:
                 self.messages.append(message)
                 if message.TYPE == "round":
                     current, round_started = message.round, time.monotonic()
-                    link.send("training", round=current)
+                    link.send(M.Training(round=current))
                 elif message.TYPE == "stop":
                     if round_started is not None:
-                        link.send("exited", round=current, outcome="stopped", step=1, detail="stopped")
+                        link.send(M.Exited(round=current, outcome=Outcome("stopped"), step=1, detail="stopped"))
                     round_started = None
-                    link.send("ready", ports=[20000 + self.index], backup=None)
+                    link.send(M.Ready(ports=[20000 + self.index]))
                 elif message.TYPE == "finish":
                     link.close()
                     return message
             if round_started is not None and self.fail_now:
                 self.fail_now, round_started = False, None
-                link.send("exited", round=current, outcome="failed", step=1, detail="worker:0 exited 1")
+                link.send(M.Exited(round=current, outcome=Outcome("failed"), step=1, detail="worker:0 exited 1"))
             if round_started is not None and self.succeed_after is not None and \
                     time.monotonic() - round_started > self.succeed_after:
-                link.send("exited", round=current, outcome="succeeded", step=10, detail="")
+                link.send(M.Exited(round=current, outcome=Outcome("succeeded"), step=10, detail=""))
                 round_started = None
 
     def rounds(self) -> list[Any]:

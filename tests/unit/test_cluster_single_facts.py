@@ -212,30 +212,16 @@ def _trees() -> dict[Path, ast.AST]:
     return dict(_modules())
 
 
-# Circles inside launch/elastic that the regrouping of issue 32 closes (AgentSpec moves to a leaf module of the agent's
-# room, so flight_agent's TYPE_CHECKING import no longer reaches agent.py). Listed by name: a new circle fails, and so
-# does this entry once the circle is gone (delete it then).
-ELASTIC_REGROUP_CLOSES = (
-    "tfdist.launch.elastic.agent.agent -> tfdist.launch.elastic.agent.flight (tfdist/launch/elastic/agent/agent.py:21) -> "
-    "tfdist.launch.elastic.agent.agent (tfdist/launch/elastic/agent/flight.py:15)",
-)
-# The circles between elastic's sub-packages left by the regroup; the conductor work (branch room-elastic) closes them.
-ELASTIC_ROOMS_REGROUP_CLOSES = (
-    'in tfdist.launch.elastic: tfdist.launch.elastic.agent -> tfdist.launch.elastic.rendezvous (first: tfdist/launch/elastic/agent/agent.py:27 imports tfdist.launch.elastic.rendezvous.round_roles) -> tfdist.launch.elastic.agent (first: tfdist/launch/elastic/rendezvous/backup_relay.py:25 imports tfdist.launch.elastic.agent.backup_copy) [4 rooms in this circle: tfdist.launch.elastic.agent, tfdist.launch.elastic.etcd, tfdist.launch.elastic.rendezvous, tfdist.launch.elastic.tcp]',
-    'in tfdist.launch.elastic.agent: tfdist.launch.elastic.agent.agent -> tfdist.launch.elastic.agent.flight (first: tfdist/launch/elastic/agent/agent.py:21 imports tfdist.launch.elastic.agent.flight) -> tfdist.launch.elastic.agent.agent (first: tfdist/launch/elastic/agent/flight.py:15 imports tfdist.launch.elastic.agent.agent)',
-)
-
-
 def test_no_import_circle_between_modules_counting_every_import():
     # Every import counts, function-level and TYPE_CHECKING ones too: a circle closed lazily still makes its modules
     # one unit that cannot be read, tested or moved apart (tests/unit/import_circles.py says how it is found).
-    assert module_circles(SRC, "tfdist", _trees()) == list(ELASTIC_REGROUP_CLOSES)
+    assert module_circles(SRC, "tfdist", _trees()) == []
 
 
 def test_no_import_circle_between_rooms():
     # The sub-packages and modules side by side in one package (launch/local, launch/flight, ...), each with
     # everything inside it: a circle between rooms is one even when no two modules close it.
-    assert room_circles(SRC, "tfdist", _trees()) == list(ELASTIC_ROOMS_REGROUP_CLOSES)
+    assert room_circles(SRC, "tfdist", _trees()) == []
 
 
 # -- inside the launcher: the entry (launch/entry) on top, the leaves below -------------------------------------------

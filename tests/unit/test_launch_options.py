@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 from tfdist.cli.launch import command as launch_command
 from tfdist.cli.main import main
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.agent.agent import AgentSpec
+from tfdist.launch.elastic.agent.spec import AgentSpec
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.entry.compose import agent_spec, launch_spec, rendezvous_settings
 from tfdist.launch.entry.parity import ACROSS_MACHINES

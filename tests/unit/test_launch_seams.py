@@ -18,7 +18,8 @@ from tfdist.launch.elastic.agent.backup_copy import BackupStore
 from tfdist.launch.elastic.tcp.client import RendezvousLink
 from tfdist.launch.elastic.agent.snapshot_copy import SnapshotCopy
 from tfdist.launch.flight import recorder
-from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+from tfdist.launch.elastic.agent.agent import Agent
+from tfdist.launch.elastic.agent.spec import AgentSpec
 from tfdist.launch.elastic.agent.node_group import NodeGroup
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.supervisor import Supervisor

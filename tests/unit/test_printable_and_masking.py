@@ -88,7 +88,8 @@ def test_the_agent_prints_what_peers_sent_as_printable_text(capsys, tmp_path):
     import sys
 
     from tfdist.launch.elastic.messages import protocol as M
-    from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
+    from tfdist.launch.elastic.backends import Agent
     from tfdist.protocol import Command
 
     agent = Agent(AgentSpec(job="j", endpoint_host="127.0.0.1", endpoint_port=1, min_nodes=1, max_nodes=1, slots=1,

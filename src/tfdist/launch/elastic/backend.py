@@ -11,18 +11,23 @@ of ``messages.py`` and ``flight_messages.py``, checked on the way in) and take t
 """
 from __future__ import annotations
 
+import os
+import select
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from tfdist.launch.elastic.messages.protocol import Message, Send
+    from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
+    from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 
 BACKENDS = ("tfdist", "etcd")
 
 
 class Sender(Protocol):
-    """Where an upload's chunks go: ``send(kind, **fields)``; False: stop sending."""
+    """Where an upload's chunks go: ``send(message)`` (a ``file`` message); False: stop sending."""
 
-    def send(self, kind: str, **fields: Any) -> bool | None: ...
+    def send(self, message: Message) -> bool | None: ...
 
 
 class FileSource(Protocol):
@@ -42,11 +47,71 @@ class RendezvousBackend(Protocol):
         """The next message, or None after ``timeout``. Raises Lost when the rendezvous is gone; a Lost whose
         ``graceful`` is true lets the workers save first (the peers are not the ones that went away)."""
 
-    def send(self, kind: str, **fields: Any) -> None:
-        """Queue one message (never blocks on the network for long)."""
+    def send(self, message: Message) -> None:
+        """Queue one typed message, checked as its receiver will check it (never blocks on the network for long)."""
 
     def upload(self, request: Send, store: FileSource) -> None:
         """Stream the files a ``send`` request names from ``store``."""
 
     def close(self) -> None:
         """Leave: the rendezvous counts this machine as gone at once."""
+
+
+class ServedRendezvous(Protocol):
+    """The rendezvous an agent serves for the job (the built-in server), as the agent uses it."""
+    endpoint: str
+
+    def interrupt(self, signum: int) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class LinkConf(Protocol):
+    """The settings of a backend other than the built-in one (the etcd backend's ``EtcdConf``)."""
+    where: str  # for messages: the endpoint(s)
+
+
+class Backends(Protocol):
+    """How an agent gets its rendezvous, composed from above (``elastic/backends.py``): the agent package never
+    imports a backend, so a third one needs no change to it."""
+
+    def link(self, settings: RendezvousSettings, host: str, ip: str, port: int, *, conf: LinkConf | None,
+             secret: bytes, watch_stdin: bool, say: Callable[[str], None],
+             here: ServedRendezvous | None) -> RendezvousBackend:
+        """This machine's link to the job's rendezvous at ``host`` (``ip``), ``port``, or through ``conf``'s
+        backend; ``here``: the rendezvous this machine serves (joined without a handshake with itself)."""
+
+    def serve(self, settings: RendezvousSettings, ip: str, port: int, *, secret: bytes, say: Callable[[str], None],
+              recorder: JobRecorder | None) -> ServedRendezvous | None:
+        """Serve the rendezvous on ``ip:port`` (None: this backend has no server). Raises OSError: taken."""
+
+
+class Lost(Exception):
+    """The rendezvous is gone (closed connection, or no keep-alive for node_timeout)."""
+
+    graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
+
+
+class Refused(Exception):
+    """The rendezvous (or whatever answered) will not have this agent; ``status`` is the agent's exit status."""
+
+    def __init__(self, reason: str, status: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def stdin_closed() -> bool:
+    """True once stdin is at its end (the ssh session of the host-file launcher closed it)."""
+    try:
+        readable, _, _ = select.select([sys.stdin], [], [], 0)
+    except (ValueError, OSError):
+        return True
+    if not readable:
+        return False
+    try:
+        return os.read(sys.stdin.fileno(), 1024) == b""
+    except OSError:
+        return True

@@ -88,7 +88,7 @@ def _run_agent(options: LaunchOptions, command: Command, legacy_keras: bool, *, 
         if options.rdzv_conf:
             raise UsageError("--rdzv-conf is for --rdzv-backend etcd", hint="add --rdzv-backend etcd, or drop it")
         parse_endpoint(options.rdzv_endpoint)  # its error before the secret's
-    from tfdist.launch.elastic.agent.agent import Agent
+    from tfdist.launch.elastic.backends import Agent
     from tfdist.launch.ssh.host_probe import versions
 
     secret, job = job_secret(options)

@@ -21,7 +21,7 @@ from tfdist.launch.spec import LaunchSpec, Timeouts, warm_spares_wanted
 from tfdist.protocol import Command
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
     from tfdist.launch.elastic.etcd.store import EtcdConf
     from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
     from tfdist.launch.elastic.agent.node_group import TaskOptions
@@ -81,7 +81,7 @@ def agent_spec(options: LaunchOptions, command: Command, *, job: str, secret: by
     from ``--rdzv-secret-file``/``--rdzv-id``; ``etcd``: the parsed ``--rdzv-conf`` of the etcd backend (its first
     endpoint is the agent's endpoint); ``tasks``: the per-task options (``TaskOptions``)."""
     from tfdist.cluster.placement import parse_roles
-    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
 
     low, high = parse_nnodes(options.nnodes or "1")
     host, port = etcd.endpoints[0] if etcd is not None else parse_endpoint(options.rdzv_endpoint or "")

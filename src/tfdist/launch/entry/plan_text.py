@@ -19,7 +19,7 @@ from tfdist.status import ExitStatus
 
 if TYPE_CHECKING:
     from tfdist.cluster.placement import Placement
-    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
     from tfdist.launch.local.layout import ClusterLayout
     from tfdist.launch.ssh.driver import DriverSpec
     from tfdist.protocol import TaskPlan

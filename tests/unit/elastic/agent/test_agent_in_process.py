@@ -17,7 +17,9 @@ import pytest
 from tests.unit.elastic.tcp import rdzv_peer
 from tests.unit.elastic.tcp.rdzv_peer import SECRET, VERSIONS, keeping_alive, live_server, member, next_of
 from tfdist.launch.elastic.messages import protocol as M
-from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+from tfdist.launch.elastic.agent.phases import AgentPhase, allowed
+from tfdist.launch.elastic.agent.spec import AgentSpec
+from tfdist.launch.elastic.backends import Agent
 from tfdist.launch.local.ports import free_ports
 from tfdist.launch.outcome import Outcome, RunState
 from tfdist.protocol import Command
@@ -133,6 +135,8 @@ class Machine:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the agent did not return"
         assert self.escaped is None, self.escaped
+        # Every agent that ran went through its named phases by the table's moves (agent/phases.py), to the end.
+        assert allowed(self.agent.phases) and self.agent.phase is AgentPhase.DONE, self.agent.phases
         return self.status[0]
 
     def signal(self, signum: int) -> None:

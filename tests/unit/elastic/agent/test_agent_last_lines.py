@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 from tfdist.launch.elastic.messages import protocol as M
-from tfdist.launch.elastic.agent.agent import Agent, AgentSpec
+from tfdist.launch.elastic.agent.spec import AgentSpec
+from tfdist.launch.elastic.backends import Agent
 from tfdist.launch.elastic.agent.node_group import NodeGroup
 from tfdist.launch.local.ports import free_ports
 from tfdist.launch.spec import Timeouts

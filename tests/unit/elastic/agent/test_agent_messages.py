@@ -114,3 +114,20 @@ def test_the_agent_dispatches_on_message_types_not_strings():
                 if isinstance(node, ast.Compare) and any(isinstance(c, ast.Constant) and c.value in kinds
                                                          for c in (node.left, *node.comparators))]
     assert by_name == []
+
+
+def test_the_agent_sends_typed_messages_and_a_link_checks_them_before_they_leave():
+    """The backend seam takes message objects (issue 32), checked as the receiver will check them: a bad one fails
+    here, never at the rendezvous; the etcd link adds the round its ready follows as a typed field."""
+    link, _said = _etcd_link()
+    with pytest.raises(M.ProtocolError, match="ports"):
+        link.send(M.Ready(ports=[0]))
+    link._round_seen = 4
+    link.send(M.Ready(ports=[2000]))
+    link.send(M.Exited(round=4, outcome=Outcome.STOPPED, step=3))
+    queued = [link._outbox.get_nowait() for _ in range(2)]
+    assert queued[0] == {"type": "ready", "ports": [2000], "backup": None, "snapshot": None, "after_round": 4}
+    assert M.from_fields(queued[1]) == M.Exited(round=4, outcome=Outcome.STOPPED, step=3)
+    sends = [node for node in ast.walk(ast.parse(inspect.getsource(agent_module)))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "send"]
+    assert sends and all(not (call.args and isinstance(call.args[0], ast.Constant)) for call in sends)

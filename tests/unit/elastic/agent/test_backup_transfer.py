@@ -50,8 +50,8 @@ class Pipe:
     def __init__(self) -> None:
         self.messages: list[dict] = []
 
-    def send(self, kind: str, **fields) -> bool:
-        self.messages.append({"type": kind, **fields})
+    def send(self, message: M.Message) -> bool:
+        self.messages.append(M.as_dict(message))
         return True
 
 

@@ -218,8 +218,8 @@ class PeerChannel:
     def __init__(self, peer) -> None:
         self.peer = peer
 
-    def send(self, kind: str, **fields) -> bool:
-        self.peer.send(M.make(kind, **fields), wait=5.0)
+    def send(self, message: M.Message) -> bool:
+        self.peer.send(message, wait=5.0)
         return True
 
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.unit.elastic.tcp.rdzv_peer import SECRET, exact_reader, wait_until
+from tests.unit.elastic.tcp.rdzv_peer import SECRET, exact_reader, server_handshake, wait_until
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire
@@ -43,7 +43,7 @@ class HeldServer:
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
         self.conn = conn
-        session = auth.server_handshake(conn, SECRET)
+        session = server_handshake(conn, SECRET)
         assert isinstance(M.decode(session.read_frame(exact_reader(conn))), M.Join)
         self.joined.set()
         self.answer.wait(30)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.unit.elastic.tcp.rdzv_peer import exact_reader
+from tests.unit.elastic.tcp.rdzv_peer import exact_reader, server_handshake
 from tfdist.launch.elastic.tcp import auth
 
 SECRET = bytes(range(32))
@@ -22,7 +22,7 @@ def _run_server(sock, secret, timeout=auth.HANDSHAKE_S):
 
     def serve():
         try:
-            result["session"] = auth.server_handshake(sock, secret, timeout)
+            result["session"] = server_handshake(sock, secret, timeout)
         except (auth.AuthError, OSError) as bad:
             result["error"] = bad
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.unit.elastic.tcp.rdzv_peer import exact_reader, SECRET, live_server, wait_until
+from tests.unit.elastic.tcp.rdzv_peer import SECRET, exact_reader, live_server, server_handshake, wait_until
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire
@@ -42,7 +42,7 @@ class Recording:
 def _sessions(first: bytes | None = None):
     agent_sock, server_sock = socket.socketpair()
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(session=auth.server_handshake(server_sock, SECRET)))
+    thread = threading.Thread(target=lambda: result.update(session=server_handshake(server_sock, SECRET)))
     thread.start()
     recording = Recording(agent_sock)
     agent = auth.agent_handshake(recording, SECRET, first=first)  # type: ignore[arg-type]
@@ -187,7 +187,7 @@ def test_a_server_that_proves_the_secret_but_never_welcomes_does_not_hold_the_ag
     def prove_then_say_nothing() -> None:
         conn, _ = listener.accept()
         held.append(conn)
-        auth.server_handshake(conn, SECRET)  # proves the secret, reads nothing more, never answers the join
+        server_handshake(conn, SECRET)  # proves the secret, reads nothing more, never answers the join
 
     threading.Thread(target=prove_then_say_nothing, daemon=True).start()
     link = RendezvousLink("127.0.0.1", "127.0.0.1", listener.getsockname()[1], 0.5, secret=SECRET)
@@ -228,7 +228,7 @@ def test_a_members_round_and_keep_alives_go_out_from_the_tick_thread_with_no_wri
         try:
             wait_until(lambda: len(server._channels) == 1, what="the server to register the member")
             (channel,) = server._channels.values()
-            link.send("ready", ports=[20000], backup=None)
+            link.send(M.Ready(ports=[20000]))
             kinds: list[str] = []
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline:
@@ -252,8 +252,8 @@ def test_what_the_agent_sends_right_after_its_welcome_arrives_in_order_with_no_w
         try:
             # At once: queued while the reader releases the channel (then written by the releasing reader), or
             # written by this thread after it; either way in order, and no thread is started to write them.
-            assert link.send("ready", ports=[20000], backup=None)
-            assert link.send("training", round=0)
+            assert link.send(M.Ready(ports=[20000]))
+            assert link.send(M.Training(round=0))
             wait_until(lambda: any(n.ready for n in server.policy.nodes.values()), 10.0, "the ready to arrive")
             assert link.channel._writer is None
         finally:

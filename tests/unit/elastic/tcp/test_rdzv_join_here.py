@@ -44,7 +44,7 @@ def test_the_serving_agent_joins_over_a_socket_pair_and_gets_its_round():
             # The joining thread started only the agent's reader; the server's thread for this member starts when
             # the member first speaks, from the accept thread that watches its end of the pair.
             assert [t.name for t in set(threading.enumerate()) - threads_before] == ["rdzv-read"]
-            link.send("ready", ports=[20000], backup=None)
+            link.send(M.Ready(ports=[20000]))
             round_ = _next(link, M.Round)
             assert round_.round == 0 and round_.workers == ["127.0.0.1:20000"]
             assert "rdzv-conn" in [t.name for t in set(threading.enumerate()) - threads_before]

@@ -386,7 +386,7 @@ def test_closing_the_server_ends_every_connection():
 def test_the_agents_client_joins_and_gets_its_round():
     with _server(min_nodes=1, max_nodes=1) as server:
         link = _link(server, "agent", slots=2)
-        assert link.send("ready", ports=[30000, 30001])
+        assert link.send(M.Ready(ports=[30000, 30001]))
         round_ = _message(link, M.Round)
         assert round_.world_size == 2 and round_.workers == ["127.0.0.1:30000", "127.0.0.1:30001"]
         link.close()
@@ -403,7 +403,7 @@ def test_the_agents_client_raises_refused_with_the_status():
 def test_the_agents_client_hears_the_stop_after_a_peer_is_lost():
     with _server(min_nodes=1, max_nodes=2, first_round_wait=60.0) as server:
         link = _link(server, "agent", rank=0)
-        link.send("ready", ports=[31000])
+        link.send(M.Ready(ports=[31000]))
         other = member(server, "other", rank=1)
         _message(link, M.Round)
         other.close()

@@ -293,7 +293,7 @@ def test_10_an_ipv6_endpoint_gets_an_ipv6_listener_printed_bracketed():
         link = RendezvousLink("::1", "::1", server.address[1], 2.0, secret=SECRET)
         link.connect(dict(job="job", name="v6", address="::1", slots=1), time.monotonic() + 10, lambda: False)
         assert link.where.startswith("[::1]:")
-        link.send("ready", ports=[1])
+        link.send(M.Ready(ports=[1]))
         wait_until(lambda: any("round 0" in line for line in said))
         link.close()
 

@@ -15,7 +15,6 @@ import socket
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from tfdist.launch.elastic.agent import flight as flight_agent, machine_run
@@ -23,19 +22,19 @@ from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
 from tfdist.cluster.placement import counts_text
-from tfdist.launch.elastic.agent.node_group import NodeGroup, RoundGroup, TaskOptions
+from tfdist.launch.elastic.agent.phases import AgentPhase
+from tfdist.launch.elastic.agent.spec import AgentSpec  # noqa: F401 - re-exported (its users import it here)
+from tfdist.launch.elastic.agent.node_group import NodeGroup, RoundGroup
 from tfdist.launch.elastic.rendezvous.round_roles import describe, local_tasks, round_layout
 from tfdist.launch.local.shm_folder import WatchedSnapshotFolder
 from tfdist.launch.elastic.netaddr import is_local, is_unroutable, resolve, route_address
 from tfdist.launch.local.ports import free_ports, ports_from_base
 from tfdist.launch.local.stops import StopRequests
-from tfdist.protocol import Command
-from tfdist.launch.elastic.backend import RendezvousBackend
-from tfdist.launch.elastic.tcp.client import Lost, Refused, RendezvousLink, stdin_closed
-from tfdist.launch.elastic.tcp.server import RendezvousServer
+from tfdist.launch.elastic.backend import (
+    Backends, Lost, Refused, RendezvousBackend, ServedRendezvous, stdin_closed,
+)
 from tfdist.launch.elastic.agent.backup_copy import BackupStore
 from tfdist.launch.elastic.agent.snapshot_copy import SnapshotCopy
-from tfdist.launch.options import DEFAULTS
 from tfdist.launch.outcome import Outcome, RunState
 from tfdist.launch.spec import Timeouts
 from tfdist.launch.process.spare_pool import SparePool
@@ -45,61 +44,15 @@ from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
 
 if TYPE_CHECKING:
-    from tfdist.cluster.placement import RoleCounts
-    from tfdist.launch.elastic.etcd.store import EtcdConf
     from tfdist.observability.launcher_metrics import LauncherMetrics
 
 
-@dataclass(frozen=True)
-class AgentSpec:
-    """What one machine's agent needs. ``command`` is what every local task runs."""
-
-    job: str
-    endpoint_host: str
-    endpoint_port: int
-    min_nodes: int
-    max_nodes: int
-    slots: int
-    command: Command
-    node_rank: int | None = None
-    node_address: str | None = None
-    node_name: str | None = None
-    node_timeout: float = DEFAULTS.node_timeout
-    rdzv_timeout: float = DEFAULTS.rdzv_timeout
-    first_round_wait: float = DEFAULTS.rdzv_last_call
-    grace_period: float = DEFAULTS.grace_period
-    hang_timeout: float = DEFAULTS.hang_timeout
-    gpus_per_task: int | None = None
-    warm_spares: bool = False  # keep processes with TensorFlow imported for the next round (process/spare_pool.py)
-    max_restarts: int = DEFAULTS.max_restarts
-    env: tuple[tuple[str, str], ...] = ()
-    log_dir: str | None = None
-    legacy_keras: bool = False
-    checkpoint_dir: str | None = None
-    watch_stdin: bool = False
-    versions: dict[str, str] = field(default_factory=dict)
-    serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
-    etcd: EtcdConf | None = None  # an EtcdConf: use the etcd backend (etcd_link.py) instead of the built-in server
-    secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
-    restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
-    backoff: float = 0.0
-    port_base: int | None = None  # --port-base: this machine's workers listen on consecutive ports from here
-    launcher_metrics_port: int | None = None  # this agent's own metrics (rounds, its workers' states)
-    tasks: TaskOptions = field(default_factory=TaskOptions)
-    roles: RoleCounts | None = None  # a RoleCounts (--chief/--ps/--evaluator): tasks placed by round_roles; None: workers only
-    node_roles: tuple[str, ...] = ()  # the roles this machine is pinned to (host file roles=, --node-roles)
-
-    @property
-    def job_name(self) -> str:
-        """The label of the run record and metrics: ``--job-name``, else the job id."""
-        return self.tasks.job_name or self.job
-
-
 class Agent:
-    def __init__(self, spec: AgentSpec, *, say: Say = to_terminal) -> None:
+    def __init__(self, spec: AgentSpec, *, backends: Backends, say: Say = to_terminal) -> None:
         self.spec = spec
         self.write_line = say  # where its lines go, never printed here (the CLI: the terminal's stderr)
-        self.server: RendezvousServer | None = None
+        self.backends = backends  # its rendezvous backends, composed from above (elastic/backends.py)
+        self.server: ServedRendezvous | None = None
         self.group: RoundGroup | None = None
         self.make_group: Callable[..., RoundGroup] = NodeGroup  # a round's group (tests pass a stand-in)
         self.round = -1
@@ -119,6 +72,13 @@ class Agent:
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
         self.firewall = machine_run.open_firewall(spec.tasks.firewall, spec.job, spec.launcher_metrics_port, self.say)
+        self.phase = AgentPhase.JOINING  # where this agent is (phases.py); phases: the way it went
+        self.phases: list[AgentPhase] = [AgentPhase.JOINING]
+
+    def _enter(self, phase: AgentPhase) -> None:
+        if phase is not self.phase:
+            self.phase = phase
+            self.phases.append(phase)
 
     def say(self, message: str) -> None:
         rank = f"node{self.node_rank}" if self.node_rank >= 0 else "agent"
@@ -137,13 +97,9 @@ class Agent:
                                           restart_window=spec.restart_window, backoff=spec.backoff)
 
     def _open_link(self, rdzv_ip: str) -> RendezvousBackend:
-        if self.spec.etcd is not None:
-            from tfdist.launch.elastic.etcd.link import EtcdLink
-
-            return EtcdLink(self.spec.etcd, self._settings(), secret=self.spec.secret or None,
-                            watch_stdin=self.spec.watch_stdin, say=self.say)
-        return RendezvousLink(self.spec.endpoint_host, rdzv_ip, self.spec.endpoint_port, self.spec.node_timeout,
-                              secret=self.spec.secret, watch_stdin=self.spec.watch_stdin, say=self.say, here=self.server)
+        spec = self.spec
+        return self.backends.link(self._settings(), spec.endpoint_host, rdzv_ip, spec.endpoint_port, conf=spec.etcd,
+                                  secret=spec.secret, watch_stdin=spec.watch_stdin, say=self.say, here=self.server)
 
     def _maybe_serve(self, rdzv_ip: str) -> None:
         if not self.spec.serve or self.spec.etcd is not None or not is_local(rdzv_ip):
@@ -152,10 +108,11 @@ class Agent:
         say = lambda m: self.write_line(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
         recorder = flight_agent.job_recorder(self.spec.tasks.flight_recorder, self.log_dir, self.run_id, say)
         try:
-            self.server = RendezvousServer(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
-                                           say=say, recorder=recorder).start()
+            self.server = self.backends.serve(settings, rdzv_ip, self.spec.endpoint_port, secret=self.spec.secret,
+                                              say=say, recorder=recorder)
         except OSError:
             self.server = None  # another agent on this machine serves it
+        if self.server is None:
             return
         self.say(f"serving the rendezvous for job {self.spec.job} on {self.server.endpoint}")
 
@@ -166,7 +123,8 @@ class Agent:
             ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
         snapshot = SnapshotCopy(self.snapshots.path).manifest() if self.snapshots and self.snapshots.path else None
-        self.link.send("ready", ports=ports, backup=backup, snapshot=snapshot)
+        self.link.send(M.Ready(ports=ports, backup=None if backup is None else M.Backup.check(backup),
+                               snapshot=snapshot))
 
     # -- signals -------------------------------------------------------------------------------------------------
     def _signalled(self) -> int | None:
@@ -194,6 +152,7 @@ class Agent:
             if self.group is not None:
                 self.group.stop(graceful=False)
             self.firewall.close()  # --firewall: after the tasks are gone
+            self._enter(AgentPhase.DONE)
             if self.snapshots is not None:
                 self.snapshots.remove()
             self._discard_spares()
@@ -234,11 +193,13 @@ class Agent:
             except TimeoutError as late:
                 self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
                 return int(ExitStatus.TASK_FAILED)
+            self._enter(AgentPhase.WAITING)
             self.say(f"joined job {self.spec.job} at {self.link.where} as {address} with {self.spec.slots} worker(s)")
             self._ready(address)
             try:
                 return self._serve_rounds(address)
             except Lost as lost:
+                self._enter(AgentPhase.REJOINING)
                 if self.group is not None:
                     # Graceful when the rendezvous itself went away (etcd): the peers can still save together.
                     self.group.stop(graceful=bool(getattr(lost, "graceful", False)))
@@ -282,13 +243,17 @@ class Agent:
     def _start_round(self, message: M.Round) -> None:
         self.round, self.node_rank = message.round, message.node_rank
         restore = message.restore
+        if (restore and self.backups is not None) or (message.snapshot and self.snapshots is not None):
+            self._enter(AgentPhase.RESTORING)
         if restore and self.backups is not None:
             restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
             if other is not None:  # the round was stopped before it started here
                 self._deferred = other
+                self._enter(AgentPhase.WAITING)
                 return
             if not restored:
                 self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
+                self._enter(AgentPhase.WAITING)
                 self._ready(self.address)
                 return
         copy = message.snapshot  # the survivors' in-memory snapshot, taken in before the tasks start
@@ -297,6 +262,7 @@ class Agent:
                                                                      self.say)
             if other is not None:
                 self._deferred = other
+                self._enter(AgentPhase.WAITING)
                 return
         roles, placed = {}, ""
         if self.spec.roles is not None:  # every agent places the round's tasks by the same rule
@@ -313,6 +279,7 @@ class Agent:
             options=self.spec.tasks, say=self.say)
         self.firewall.admit_round(self.group.plans)  # --firewall: this round's machines, before its tasks listen
         self.group.start()
+        self._enter(AgentPhase.RUNNING)
         self.state = RunState.RUNNING
         if self.metrics is not None and self.round > 0:
             self.metrics.restart()
@@ -323,10 +290,12 @@ class Agent:
     def _stop_round(self, message: M.Stop, address: str) -> None:
         graceful = message.graceful
         if self.group is not None and message.round == self.round:
+            self._enter(AgentPhase.STOPPING)
             self.say(f"stopping round {self.round}{' (saving first)' if graceful else ''}: {message.reason}")
             outcome = self.group.stop(graceful=graceful)
             self._report_exit(outcome, self.group.step(), "stopped by the rendezvous")
             self.group = None
+        self._enter(AgentPhase.WAITING)
         self._ready(address)
 
     def _watch_group(self) -> None:
@@ -335,7 +304,7 @@ class Agent:
             return
         if not group.reported_training and group.training():
             group.reported_training = True
-            self.link.send("training", round=self.round)
+            self.link.send(M.Training(round=self.round))
         if group.reported_training and not group.spares_filled and group.progressed():
             group.spares_filled = True
             self._fill_spares(group)
@@ -347,9 +316,11 @@ class Agent:
             flight_agent.send(self.link, self.spec, flight_agent.unasked(self.round, *group.flight))
         # Also after success: stopping joins the output pumps, so the workers' last lines are relayed before this
         # agent can exit; a success lets the other workers here end on their own first.
+        self._enter(AgentPhase.STOPPING)
         group.end()
         self._report_exit(outcome_name, group.step(), detail)
         self.group = None
+        self._enter(AgentPhase.WAITING)
         if outcome_name is not Outcome.SUCCEEDED:
             self._ready(self.address)
 
@@ -370,7 +341,7 @@ class Agent:
     def _report_exit(self, outcome: Outcome, step: int | None, detail: str) -> None:
         self._task_states(outcome.value)
         step = step if step is None or step >= 0 else None
-        self.link.send("exited", round=self.round, outcome=outcome.value, step=step, detail=detail[:4096])
+        self.link.send(M.Exited(round=self.round, outcome=outcome, step=step, detail=detail[:4096]))
 
     def _finish(self, message: M.Finish) -> int:
         status = message.status
@@ -379,6 +350,7 @@ class Agent:
             # their last lines and exiting, so they get the grace period to end on their own (killing them here
             # lost those lines); after a failure nothing they do matters any more.
             self.state = RunState.FINISHING
+            self._enter(AgentPhase.STOPPING)
             if status == 0:
                 self.group.finish(self.spec.grace_period)
             else:
@@ -392,6 +364,7 @@ class Agent:
     def _leave_on_signal(self) -> None:
         """Stopped from outside on this machine: save (the peers take part), report, leave."""
         if self.group is not None:
+            self._enter(AgentPhase.STOPPING)
             outcome = self.group.stop(graceful=True)
             self._report_exit(outcome, self.group.step(), "agent stopped by a signal")
             self.group = None

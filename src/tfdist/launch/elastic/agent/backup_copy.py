@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.backend import Sender
-from tfdist.launch.elastic.tcp.wire import FILE_CHUNK
+from tfdist.launch.elastic.messages.fields import FILE_CHUNK
 
 # tf-keras' name for the folder the chief writes and every worker restores from (worker_training_state.py).
 CHIEF_FOLDER = "chief"
@@ -68,14 +68,9 @@ def sha256_of(path: str) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def counter(name: str) -> int:
-    found = re.search(r"(\d+)\Z", name)
-    return int(found.group(1)) if found else -1
-
-
 def stream_files(folder: str, names: list[str], channel: Sender) -> None:
     """Send ``names`` (already checked against their pattern) from ``folder``, chunk by chunk, through
-    ``channel.send(kind, **fields)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
+    ``channel.send(file_message)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
     the receivers time out and say "not restored"."""
     for position, name in enumerate(names):
         try:
@@ -86,8 +81,8 @@ def stream_files(folder: str, names: list[str], channel: Sender) -> None:
             while True:
                 chunk = handle.read(FILE_CHUNK)
                 end = len(chunk) < FILE_CHUNK
-                if channel.send("file", name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
-                                last=end and position == len(names) - 1) is False:
+                if channel.send(M.File(name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
+                                       last=end and position == len(names) - 1)) is False:
                     return
                 if end:
                     break
@@ -188,8 +183,8 @@ class BackupStore:
 
     # -- sending -------------------------------------------------------------------------------------------------
     def upload(self, channel: Sender, request: M.Send) -> None:
-        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(kind,
-        **fields)`` (False: stop). Only backup file names, only regular files."""
+        """Stream the files the rendezvous asks for (``send``), chunk by chunk, through ``channel.send(file_message)``
+        (False: stop). Only backup file names, only regular files."""
         stream_files(self.folder, [n for n in request.files if M.BACKUP_FILE.fullmatch(n)], channel)
 
     # -- receiving -----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from tfdist.launch.flight import transfer
 from tfdist.launch.flight.evidence import TaskEvidence
 
 if TYPE_CHECKING:
-    from tfdist.launch.elastic.agent.agent import AgentSpec
+    from tfdist.launch.elastic.agent.spec import AgentSpec
     from tfdist.launch.elastic.backend import RendezvousBackend
     from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
     from tfdist.launch.elastic.agent.node_group import RoundGroup, TaskOptions
@@ -35,7 +35,7 @@ def send(link: RendezvousBackend, spec: AgentSpec, message: Evidence) -> None:
     """Send ``message`` to the rendezvous over ``link``; the etcd backend (``spec.etcd``) carries no evidence: each
     machine keeps its own report there."""
     if spec.etcd is None:
-        link.send(message.TYPE, **message.fields())
+        link.send(message)
 
 
 def unasked(round_: int, report: HangReport, watchdog: str | None) -> Evidence:

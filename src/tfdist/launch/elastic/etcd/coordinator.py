@@ -17,13 +17,14 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import asdict
 from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
 from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
-from tfdist.cluster.placement import layout_word, role_list
-from tfdist.launch.elastic.rendezvous.membership_types import Finish, Node, Phase, RendezvousSettings, StartRound, Stop
+from tfdist.launch.elastic.rendezvous.conductor import Conductor, Refusal
+from tfdist.launch.elastic.rendezvous.membership_types import (
+    Finish, Phase, RendezvousSettings, RoundAction, StartRound, Stop,
+)
 from tfdist.launch.elastic.rendezvous.membership import MembershipPolicy
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.rendezvous.backup_relay import BackupRelay
@@ -44,6 +45,8 @@ class Coordinator:
         self.seen_seq: dict[str, int] = {}
         self.events: queue.Queue[Entry | str] = queue.Queue()
         self.relay = BackupRelay(self._send_plain, say)
+        self.conductor = Conductor(self.policy, self.relay, say)
+        self._members = _Transaction(self)
         self._state_written = ""
         self._last_ok = time.monotonic()
 
@@ -77,7 +80,9 @@ class Coordinator:
             self._on_event(item)
         now = time.monotonic()
         for action in self.policy.tick(now):
-            if not self._carry_out(action):
+            if self.conductor.carry_out(action, self._members, self.policy.nodes, self.policy.round,
+                                        coordinator=self.me) is not None:
+                self.say(f"the job is over, exit status {action.status}")
                 return False
         self._save_state()
         return self.policy.phase is not Phase.DONE
@@ -95,15 +100,8 @@ class Coordinator:
         state = self._open(by_key.get(self.keys.state)) or {}
         record = self._open(by_key.get(self.keys.round)) or {}
         policy = self.policy
-        policy.round = int(state.get("round", -1))
-        policy.restarts = int(state.get("restarts", 0))
-        policy.failures = {str(k): int(v) for k, v in (state.get("failures") or {}).items()}
         now = time.monotonic()
-        policy.blacklist = {str(k): now + float(v) for k, v in (state.get("left_out") or {}).items()}
-        policy.lost = [str(n) for n in state.get("lost") or []]
-        policy.history = [str(h) for h in state.get("history") or []]
-        # The restart budget's window and back-off carry over too (else a takeover would hand out a fresh budget).
-        policy.adopt_budget_state(state, now)
+        policy.adopt(state, now)
         latest: dict[str, dict[str, Any]] = {}
         for entry in entries:
             if entry.key.startswith(self.keys.inbox):
@@ -130,27 +128,9 @@ class Coordinator:
 
     def _adopt(self, members: list[tuple[str, str]], latest: dict[str, dict[str, Any]], phase: str, now: float) -> None:
         """Carry on with the running round: its machines still there stay in it; the missing ones are lost."""
-        policy = self.policy
-        policy.phase = Phase.RUNNING
-        missing = []
-        for lease, label in members:
-            node_id = self.id_of.get(lease)
-            if node_id is None:
-                node_id = -len(missing) - 1
-                missing.append(node_id)
-                policy.nodes[node_id] = Node(node_id=node_id, name=label, address=label, slots=1)
-            node = policy.nodes[node_id]
-            node.ready, node.in_round = False, True
-            message = latest.get(lease, {})
-            node.training = message.get("type") == "training"
-        for node_id in missing:
-            policy.on_lost(node_id, "its etcd lease expired while the coordinator moved", now)
-        if phase == "stopping" and policy.phase is Phase.RUNNING:
-            policy._begin_stop(now, graceful=True, reason="carrying on with the stop after the coordinator moved")
-        elif phase == "finishing" and policy.phase is Phase.RUNNING:
-            policy.phase = Phase.FINISHING
-            policy._finish_deadline = now + self.settings.after_success
-        self._feed_ready(latest, policy.round)
+        self.policy.adopt_round([(self.id_of.get(lease), label, latest.get(lease, {}).get("type") == "training")
+                                 for lease, label in members], phase, now)
+        self._feed_ready(latest, self.policy.round)
 
     def _feed_ready(self, latest: dict[str, dict[str, Any]], round_: int) -> None:
         """Replay each machine's latest message: exits of the adopted round, and who is ready for the next."""
@@ -160,15 +140,16 @@ class Coordinator:
             node = self.policy.nodes.get(node_id) if node_id is not None else None
             if node is None:
                 continue
-            if message.get("type") == "exited":
-                self._dispatch(node.node_id, message, now)
-            elif message.get("type") == "ready":
+            checked = self._checked(node.node_id, message)
+            if isinstance(checked, M.Exited):
+                self.conductor.on_message(node.node_id, checked, now)
+            elif isinstance(checked, M.Ready):
                 if node.in_round:
-                    if int(message.get("after_round", -1)) < round_:
+                    if checked.after_round < round_:
                         continue  # the ready that led into this round: the machine is still in it
                     self.policy.on_exited(node.node_id, round_, Outcome.STOPPED, None, "stopped while the coordinator "
                                           "moved", now)
-                self._dispatch(node.node_id, message, now)
+                self.conductor.on_message(node.node_id, checked, now)
 
     # -- events --------------------------------------------------------------------------------------------------
     def _on_event(self, entry: Entry) -> None:
@@ -198,105 +179,69 @@ class Coordinator:
         self._dispatch(self.id_of[lease], message, time.monotonic())
 
     def _join(self, entry: Entry, *, welcome: bool) -> None:
+        """A join record -> the conductor, checked as the built-in server checks a join frame (``Join.check``)."""
         lease = JobKeys.lease_of(entry.key)
         join = self._open(entry)
         if join is None:
             return
         node_id = entry.create_revision
-        try:
-            slots = int(join["slots"])
-            if not 1 <= slots <= 1024:
-                raise ValueError(slots)
-            rank = join.get("node_rank")
-            node = Node(node_id=node_id, name=str(join.get("name") or join["address"]),
-                        address=str(join["address"]), slots=slots, requested_rank=None if rank is None else int(rank),
-                        versions={str(k): str(v) for k, v in (join.get("versions") or {}).items()},
-                        roles=tuple(role_list(join.get("roles") or [])), layout=layout_word(join.get("layout", "")))
-        except (KeyError, TypeError, ValueError):
-            self.say(f"dropped the join record at {entry.key}: not a machine's record")
-            return
-        refusal = self.policy.on_join(node, str(join.get("job", "")))
-        if refusal is not None:
-            self.say(f"refused {node.label}: {refusal[0]}")
-            self._send_plain_lease(lease, "refused", reason=refusal[0], status=refusal[1])
+        node = self.conductor.admit(node_id, join)
+        if isinstance(node, Refusal):
+            self._send_plain_lease(lease, M.Refused(reason=node.reason, status=node.status))
             return
         self.id_of[lease], self.lease_of[node_id] = node_id, lease
         if welcome:
-            self._send_plain_lease(lease, "welcome", node_id=node_id)
+            self._send_plain_lease(lease, M.Welcome(node_id=node_id))
             self.say(f"{node.label} joined ({node.slots} worker(s))")
 
     def _dispatch(self, node_id: int, record: dict[str, Any], now: float) -> None:
-        if record.get("type") == "hello":  # opens a machine's outbox (etcd_link.connect): nothing to act on
-            return
-        try:  # checked as the built-in server checks a frame, then handled by type as it handles them
-            message = M.from_fields(record)
+        message = self._checked(node_id, record)
+        if isinstance(message, M.File):
+            self.relay.on_upload(node_id, M.as_dict(message))
+        elif message is not None:
+            self.conductor.on_message(node_id, message, now)
+
+    def _checked(self, node_id: int, record: dict[str, Any]) -> M.Message | None:
+        """A member's record, checked as the built-in server checks a frame; None: nothing to act on."""
+        if record.get("type") == "hello":  # opens a machine's outbox (etcd/link.connect): nothing to act on
+            return None
+        try:
+            return M.from_fields(record)
         except M.ProtocolError as bad:
             self.say(f"dropped a malformed {str(record.get('type'))[:40]!r} message from node {node_id}: {bad}")
-            return
-        match message:
-            case M.Ready():
-                self.policy.on_ready(node_id, tuple(message.ports),
-                                     None if message.backup is None else asdict(message.backup), message.snapshot)
-            case M.Training():
-                self.policy.on_training(node_id, message.round)
-            case M.Exited():
-                self.policy.on_exited(node_id, message.round, message.outcome, message.step, message.detail, now)
-            case M.File():
-                self.relay.on_upload(node_id, M.as_dict(message))
+            return None
 
-    # -- actions -------------------------------------------------------------------------------------------------
-    def _carry_out(self, action: object) -> bool:
+    # -- actions: the conductor's Members port (_Transaction) writes them -------------------------------------------
+    def commit(self, action: RoundAction, puts: list[tuple[str, bytes, int | None]]) -> None:
+        """``action``'s messages (``puts``) in one transaction guarded by the claim, with what it changes: the
+        round's record and the policy's counters, or the job's end."""
         keys = self.keys
         if isinstance(action, StartRound):
-            self.say(f"round {action.round}: " + ("a lost machine rejoins it" if action.rejoin else
-                                                  f"{len(action.nodes)} machine(s), {action.world_size} worker(s)"))
-            rejoin = action.rejoin  # a lost machine back in the running round (membership.py): nothing to restore
-            restore = {} if rejoin else self.relay.plan(self.policy.nodes, action)
-            copies = {} if rejoin else self.relay.plan_snapshot(self.policy.nodes, action)
-            puts = []
-            for a in action.assignments:
-                lease = self.lease_of.get(a.node_id)
-                if lease is not None:
-                    puts.append(self._message(lease, "round", round=action.round, node_rank=a.node_rank,
-                                              world_size=action.world_size, workers=list(action.workers),
-                                              first_index=a.first_index, nodes=[list(n) for n in action.nodes],
-                                              restore=restore.get(a.node_id), snapshot=copies.get(a.node_id)))
-            ids = ([i for i, n in self.policy.nodes.items() if n.in_round] if rejoin
+            ids = ([i for i, n in self.policy.nodes.items() if n.in_round] if action.rejoin
                    else [a.node_id for a in action.assignments])
             chosen = [n for n in ids if n in self.lease_of]
             record = {"round": action.round, "members": [self.lease_of[n] for n in chosen],
                       "labels": [self.policy.nodes[n].label for n in chosen]}
-            puts.append((keys.round, seal(self.secret, keys.round, record), None))
-            puts.append(self._state_put())
-            self._txn(puts)
-            if not rejoin:
-                self.relay.request_upload(action.round)
+            self._txn(puts + [(keys.round, seal(self.secret, keys.round, record), None), self._state_put()])
         elif isinstance(action, Stop):
-            self.say(f"stopping round {self.policy.round}: {action.reason}")
-            self._txn([self._message(self.lease_of[n], "stop", round=self.policy.round, graceful=action.graceful,
-                                     reason=action.reason) for n in action.node_ids if n in self.lease_of]
-                      + [self._state_put()])
+            self._txn(puts + [self._state_put()])
         elif isinstance(action, Finish):
             finish_lease = self._guarded(lambda: self.store.grant(FINISH_TTL))
-            puts = [self._message(lease, "finish", status=action.status, report=action.report, coordinator=self.me)
-                    for lease in self.lease_of.values()]
             puts.append((keys.finish, seal(self.secret, keys.finish, {"status": action.status}), finish_lease))
             self._txn(puts, deletes=(keys.state, keys.round))
-            self.say(f"the job is over, exit status {action.status}")
-            return False
-        return True
 
-    def _message(self, lease: str, kind: str, **fields: Any) -> tuple[str, bytes, int | None]:
+    def message_put(self, lease: str, message: M.Message) -> tuple[str, bytes, int | None]:
         key = self.keys.to_node(lease)
-        return key, seal(self.secret, key, {"type": kind, **fields}), None
+        return key, seal(self.secret, key, M.as_dict(message)), None
 
     def _send_plain(self, node_id: int, kind: str, **fields: Any) -> None:
+        """For the relay: one message to ``node_id`` at once, outside any transaction."""
         lease = self.lease_of.get(node_id)
         if lease is not None:
-            self._send_plain_lease(lease, kind, **fields)
+            self._send_plain_lease(lease, M.make(kind, **fields))
 
-    def _send_plain_lease(self, lease: str, kind: str, **fields: Any) -> None:
-        key, value, _ = self._message(lease, kind, **fields)
+    def _send_plain_lease(self, lease: str, message: M.Message) -> None:
+        key, value, _ = self.message_put(lease, message)
         self._guarded(lambda: self.store.put(key, value))
 
     def _delete_outbox(self, lease: str) -> None:
@@ -304,10 +249,7 @@ class Coordinator:
 
     # -- the policy's counters -----------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        p, now = self.policy, time.monotonic()
-        return {"round": p.round, "phase": p.phase.value, "restarts": p.restarts, "failures": p.failures,
-                "left_out": {k: max(0.0, v - now) for k, v in p.blacklist.items() if v > now},
-                "lost": p.lost, "history": p.history[-50:], **p.budget_state(now)}
+        return self.policy.export(time.monotonic())
 
     def _state_put(self) -> tuple[str, bytes, None]:
         value = seal(self.secret, self.keys.state, self._state())
@@ -345,6 +287,27 @@ class Coordinator:
         if body is None:
             self.say(f"dropped the record at {entry.key}: it does not prove the job secret")
         return body
+
+
+class _Transaction:
+    """The etcd coordinator's :class:`~tfdist.launch.elastic.rendezvous.conductor.Members` port: an action's messages
+    are gathered, then written in one transaction with what the action changes (:meth:`Coordinator.commit`)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+        self._puts: list[tuple[str, bytes, int | None]] = []
+
+    def everyone(self) -> list[int]:
+        return list(self._coordinator.lease_of)
+
+    def deliver(self, node_id: int, message: M.Message) -> None:
+        lease = self._coordinator.lease_of.get(node_id)
+        if lease is not None:
+            self._puts.append(self._coordinator.message_put(lease, message))
+
+    def commit(self, action: RoundAction) -> None:
+        puts, self._puts = self._puts, []
+        self._coordinator.commit(action, puts)
 
 
 class _ClaimLost(Exception):

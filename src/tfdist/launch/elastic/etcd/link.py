@@ -20,11 +20,10 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from tfdist.launch.elastic.messages import protocol as M
-from tfdist.launch.elastic.backend import FileSource
+from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed
 from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-from tfdist.launch.elastic.tcp.client import Lost, Refused, stdin_closed
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
@@ -140,7 +139,7 @@ class EtcdLink:
                 continue
             if isinstance(message, M.Round):
                 self._round_seen = max(self._round_seen, message.round)
-            if isinstance(message, M.Finish) and raw.get("coordinator") == self.name:
+            if isinstance(message, M.Finish) and message.coordinator == self.name:
                 message = replace(message, print_report=True)  # the coordinator's machine prints the report
             self._inbox.put(message)
 
@@ -166,12 +165,13 @@ class EtcdLink:
             raise EtcdLost(f"etcd at {self.conf.where} did not answer for {silent:.0f}s")
 
     # -- sending -------------------------------------------------------------------------------------------------
-    def send(self, kind: str, **fields: Any) -> None:
-        if kind == "ping" or self._closed.is_set():
+    def send(self, message: M.Message) -> None:
+        if isinstance(message, M.Ping) or self._closed.is_set():
             return
-        if kind == "ready":
-            fields["after_round"] = self._round_seen
-        self._outbox.put({"type": kind, **fields})
+        message = M.checked(message)
+        if isinstance(message, M.Ready):  # a coordinator that takes over tells which round this ready follows
+            message = replace(message, after_round=self._round_seen)
+        self._outbox.put(M.as_dict(message))
 
     def upload(self, request: M.Send, store: FileSource) -> None:
         """Stream the backup files the coordinator asked for (``send``), in chunks etcd accepts."""
@@ -268,17 +268,16 @@ class _Rechunker:
     def __init__(self, link: EtcdLink) -> None:
         self.link = link
 
-    def send(self, kind: str, **fields: Any) -> bool:
+    def send(self, message: M.Message) -> bool:
         import base64
 
-        if kind != "file":
-            self.link.send(kind, **fields)
+        if not isinstance(message, M.File):
+            self.link.send(message)
             return True
-        data = base64.b64decode(fields.pop("data"))
-        end, last = bool(fields.pop("end", False)), bool(fields.pop("last", False))
+        data = base64.b64decode(message.data)
         pieces = [data[i:i + ETCD_CHUNK] for i in range(0, len(data), ETCD_CHUNK)] or [b""]
         for position, piece in enumerate(pieces):
             final = position == len(pieces) - 1
-            self.link.send("file", data=base64.b64encode(piece).decode("ascii"), end=end and final,
-                           last=last and final, **fields)
+            self.link.send(M.File(name=message.name, data=base64.b64encode(piece).decode("ascii"),
+                                  end=message.end and final, last=message.last and final))
         return True

@@ -13,7 +13,8 @@ MAX_TEXT = 4096
 MAX_REPORT = 256 * 1024
 MAX_ITEMS = 4096
 MAX_SLOTS = 1024
-MAX_CHUNK_TEXT = 512 * 1024  # base64 of a 256 KiB chunk, with room
+FILE_CHUNK = 256 * 1024  # the bytes of one ``file`` message: a backup's or a snapshot's chunk
+MAX_CHUNK_TEXT = 512 * 1024  # base64 of a FILE_CHUNK, with room
 BACKUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 # The only files a backup holds: tf-keras' index, and one checkpoint's index and shards. No separators, no "..".
 BACKUP_FILE = re.compile(r"checkpoint|[A-Za-z0-9_-]{1,100}\.(?:index|data-[0-9]{1,6}-of-[0-9]{1,6})")
@@ -116,3 +117,9 @@ def _snapshot(value: Any, what: str) -> dict[str, Any]:
     out = {"step": _int(raw.get("step"), f"{what}.step"), "files": files,
            "sizes": _sizes(raw.get("sizes"), f"{what}.sizes", files)}
     return out if "from" not in raw else {**out, "from": _text(raw["from"], f"{what}.from", 300)}
+
+
+def counter(name: str) -> int:
+    """A checkpoint name's trailing number (``ckpt-12`` -> 12; -1: none): the newer of two backups has the higher."""
+    found = re.search(r"(\d+)\Z", name)
+    return int(found.group(1)) if found else -1

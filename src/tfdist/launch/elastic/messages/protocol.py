@@ -99,12 +99,16 @@ class Ready(Message):
     ports: list[int]
     backup: Backup | None = None
     snapshot: dict[str, Any] | None = None  # this machine's newest complete in-memory snapshot
+    # The newest round this machine was sent (-1: none; the etcd link sets it): a coordinator that takes over tells
+    # the ready that led into the running round (the machine is still in it) from one sent after it.
+    after_round: int = -1
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Ready":
         ports = [_int(p, "ports[]", 1, 65535) for p in _list(raw.get("ports"), "ports", MAX_SLOTS)]
         return cls(ports=ports, backup=_maybe(Backup.check, raw.get("backup")),
-                   snapshot=_maybe(_snapshot, raw.get("snapshot"), "snapshot"))
+                   snapshot=_maybe(_snapshot, raw.get("snapshot"), "snapshot"),
+                   after_round=_int(raw.get("after_round", -1), "after_round", -1))
 
 
 @_message("training")
@@ -244,12 +248,14 @@ class Finish(Message):
     LOCAL = ("print_report",)
     status: int
     report: str = ""
+    coordinator: str = ""  # etcd: the member that coordinated (its machine prints the report); TCP: ""
     print_report: bool = False  # this machine prints the report (the etcd link sets it on the coordinator's)
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Finish":
         return cls(status=_int(raw.get("status"), "status", 0, 255),
-                   report=_text(raw.get("report", ""), "report", MAX_REPORT))
+                   report=_text(raw.get("report", ""), "report", MAX_REPORT),
+                   coordinator=_text(raw.get("coordinator", ""), "coordinator", 64))
 
 
 # -- encoding --------------------------------------------------------------------------------------------------
@@ -314,6 +320,12 @@ def make(kind: str, **fields: Any) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message type {kind!r}")
     return cls.check({"v": VERSION, "type": kind, **fields})
+
+
+def checked(message: Message) -> Message:
+    """``message`` as its receiver will check it (raises ProtocolError): a link checks what it sends, so a bad
+    message fails where it was made, never at the peer (which would drop the connection)."""
+    return type(message).check(message.fields())
 
 
 def from_fields(raw: dict[str, Any]) -> Message:

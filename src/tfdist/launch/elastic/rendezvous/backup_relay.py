@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tfdist.launch.elastic.agent.backup_copy import counter
+from tfdist.launch.elastic.messages.fields import counter
 from tfdist.launch.elastic.rendezvous.snapshot_plan import SnapshotCopyPlan, plan_snapshot_copy
 
 

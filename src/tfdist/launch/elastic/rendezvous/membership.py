@@ -39,6 +39,9 @@ from typing import Any
 from tfdist.cluster.address import format_address
 from tfdist.cluster.placement import parse_counts
 from tfdist.errors import UsageError
+from tfdist.launch.elastic.rendezvous.report import (  # noqa: F401 - KEPT_EVENTS re-exported
+    KEPT_EVENTS, bounded as _bounded, closing_report,
+)
 from tfdist.launch.elastic.rendezvous.round_roles import leader_rank, local_tasks, round_layout
 from tfdist.launch.elastic.rendezvous.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
@@ -47,10 +50,6 @@ from tfdist.launch.local.restart import RestartPolicy
 from tfdist.launch.outcome import Cause, Outcome
 from tfdist.status import ExitStatus
 from tfdist.validate import printable
-
-KEPT_EVENTS = 200
-LEFT_OUT = "... (earlier events left out)"
-
 
 # The restart budget's newest restarts a coordinator takeover carries (the back-off's doublings are capped long before).
 KEPT_RESTARTS = 64
@@ -272,15 +271,48 @@ class MembershipPolicy:
         tasks = self._round_tasks.get(self._rank(node), ())
         return not self._ps_job or any(t.startswith(("chief:", "evaluator:")) for t in tasks)
 
-    def budget_state(self, now: float) -> dict[str, Any]:
-        """The restart budget's window and back-off relative to ``now``, for a coordinator that takes over."""
-        return {"restart_ages": [round(now - t, 1) for t in self._budget.restarts[-KEPT_RESTARTS:]],
+    # -- a coordinator's takeover (etcd) ---------------------------------------------------------------------------
+    def export(self, now: float) -> dict[str, Any]:
+        """What a coordinator that takes over needs to carry on (written to etcd as it changes): the round, phase,
+        restart budget (its window and back-off relative to ``now``), failures, left-out machines and events."""
+        return {"round": self.round, "phase": self.phase.value, "restarts": self.restarts, "failures": self.failures,
+                "left_out": {k: max(0.0, v - now) for k, v in self.blacklist.items() if v > now},
+                "lost": self.lost, "history": self.history[-50:],
+                "restart_ages": [round(now - t, 1) for t in self._budget.restarts[-KEPT_RESTARTS:]],
                 "next_round_in": round(max(0.0, self._not_before - now), 1)}
 
-    def adopt_budget_state(self, state: dict[str, Any], now: float) -> None:
-        """Take over :meth:`budget_state` (else a takeover would hand out a fresh budget)."""
+    def adopt(self, state: dict[str, Any], now: float) -> None:
+        """Carry on from :meth:`export`'s ``state`` (else a takeover would hand out a fresh budget)."""
+        self.round = int(state.get("round", -1))
+        self.restarts = int(state.get("restarts", 0))
+        self.failures = {str(k): int(v) for k, v in (state.get("failures") or {}).items()}
+        self.blacklist = {str(k): now + float(v) for k, v in (state.get("left_out") or {}).items()}
+        self.lost = [str(n) for n in state.get("lost") or []]
+        self.history = [str(h) for h in state.get("history") or []]
         self._budget.restarts = [now - float(age) for age in (state.get("restart_ages") or [])[-KEPT_RESTARTS:]]
         self._not_before = now + min(float(state.get("next_round_in", 0.0)), self._budget.backoff_max)
+
+    def adopt_round(self, members: list[tuple[int | None, str, bool]], phase: str, now: float) -> None:
+        """Carry on with the running round (:meth:`adopt` first): ``members`` are its machines as (node id, or None
+        when it is gone; label; whether it trains). The ones still here stay in it; the missing ones are lost, and
+        the round stops as it would for any lost machine. ``phase``: the exported phase (a stop or the job's end
+        that was under way goes on)."""
+        self.phase = Phase.RUNNING
+        missing = []
+        for node_id, label, training in members:
+            if node_id is None:
+                node_id = -len(missing) - 1
+                missing.append(node_id)
+                self.nodes[node_id] = Node(node_id=node_id, name=label, address=label, slots=1)
+            node = self.nodes[node_id]
+            node.ready, node.in_round, node.training = False, True, training
+        for node_id in missing:
+            self.on_lost(node_id, "its etcd lease expired while the coordinator moved", now)
+        if phase == "stopping" and self.phase is Phase.RUNNING:
+            self._begin_stop(now, graceful=True, reason="carrying on with the stop after the coordinator moved")
+        elif phase == "finishing" and self.phase is Phase.RUNNING:
+            self.phase = Phase.FINISHING
+            self._finish_deadline = now + self.s.after_success
 
     def _only_workers(self, node: Node) -> bool:
         """Whether ``node`` ran only workers of a ParameterServerStrategy round (as this policy started it)."""
@@ -352,38 +384,10 @@ class MembershipPolicy:
         return [Finish(status, self.report(status, summary))]
 
     def report(self, status: int, summary: str) -> str:
-        """The closing report, in the single-machine launcher's shape (:func:`tfdist.launch.outcome.render_success`
-        and ``render_report``): one verdict line, then a line per attempt (here: a round and what happened in it)."""
-        rounds = self.round + 1
-        if status == 0:
-            lines = [f"tfdist: job {self.s.job} succeeded after {self.restarts} restart(s)"]
-        else:
-            lines = [f"tfdist: job {self.s.job} did not succeed after {rounds} attempt(s): {summary}"]
-        if self.lost:
-            still = [name for name in self.lost if name not in self.returned]
-            lines.append("  lost machines: " + ", ".join(self.lost)
-                         + (f" (not back: {', '.join(still)})" if still and still != self.lost else ""))
-        if self.blacklist:
-            lines.append("  left out after repeated failures: " + ", ".join(self.blacklist))
-        if self.history:
-            lines.append("attempts:")
-            lines += [f"  #{event[len('round '):]}" if event.startswith("round ") else f"  {event}"
-                      for event in self.history]
-        if status != 0 and self._round_failure is not None:
-            name, detail = self._round_failure
-            lines.append(f"root cause (attempt #{max(self.round, 0)}): {name}: {detail}")
-        return "\n".join(lines)
-
-
-def _bounded(events: list[str], event: str) -> None:
-    """Append, keeping the first and the last :data:`KEPT_EVENTS` // 2: a flapping machine cannot grow the
-    rendezvous' memory or its report without bound."""
-    events.append(event)
-    if len(events) > KEPT_EVENTS:
-        half = KEPT_EVENTS // 2
-        if events[half] != LEFT_OUT:
-            events.insert(half, LEFT_OUT)
-        del events[half + 1]
+        """The closing report (:func:`~tfdist.launch.elastic.rendezvous.report.closing_report`)."""
+        return closing_report(self.s.job, status, summary, round_=self.round, restarts=self.restarts,
+                              lost=self.lost, returned=self.returned, left_out=list(self.blacklist),
+                              history=self.history, root_cause=self._round_failure)
 
 
 def _versions(versions: dict[str, str]) -> str:

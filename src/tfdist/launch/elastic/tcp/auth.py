@@ -177,26 +177,3 @@ def answer_hello(secret: bytes, hello: bytes) -> tuple[bytes, bytes, bytes]:
 def agent_proof(secret: bytes, agent_nonce: bytes, server_nonce: bytes) -> bytes:
     """What the agent must answer to the challenge over these nonces (compare with ``hmac.compare_digest``)."""
     return _proof(secret, b"agent", agent_nonce, server_nonce)
-
-
-def server_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHAKE_S, *,
-                     challenged: tuple[bytes, bytes] | None = None, deadline: float | None = None) -> Session:
-    """The server's side. Raises AuthError (wrong magic, wrong proof, too slow) or OSError; sends no reason.
-
-    ``challenged``: the nonces when the hello was already answered (the handshake goes on with the agent's proof). ``deadline`` (monotonic): the whole handshake's end, by default ``timeout`` from now.
-    """
-    deadline = time.monotonic() + timeout if deadline is None else deadline
-    if challenged is None:
-        answer, agent_nonce, server_nonce = answer_hello(secret, receive_exactly(sock, HELLO, deadline))
-        _send_before(sock, answer, deadline)
-    else:
-        agent_nonce, server_nonce = challenged
-    # Worked out while the agent's answer travels, not after it: the proof to expect and the keys (used only
-    # once that proof checked out).
-    expected = agent_proof(secret, agent_nonce, server_nonce)
-    session = Session(secret, agent_nonce, server_nonce, is_server=True)
-    proof = receive_exactly(sock, MAC, deadline)
-    if not hmac.compare_digest(proof, expected):
-        raise AuthError("the agent did not prove the job secret")
-    sock.settimeout(None)
-    return session

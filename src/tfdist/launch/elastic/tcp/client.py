@@ -8,11 +8,8 @@ cannot (another program on the port, another job, a squatter) ends the agent wit
 """
 from __future__ import annotations
 
-import os
 import queue
-import select
 import socket
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,7 +18,7 @@ from tfdist.cluster.address import format_address
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire as P
-from tfdist.launch.elastic.backend import FileSource
+from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed  # noqa: F401 - re-exported
 from tfdist.status import ExitStatus
 from tfdist.validate import printable
 
@@ -30,21 +27,6 @@ if TYPE_CHECKING:  # the server imports nothing of this module; the agent passes
 
 PROGRESS_EVERY_S = 10.0  # a line this often while the endpoint does not answer
 CLOSED_EARLY_S = 10.0  # an endpoint that closes every connection unanswered this long is not our rendezvous
-
-
-class Lost(Exception):
-    """The rendezvous is gone (closed connection, or no keep-alive for node_timeout)."""
-
-    graceful = False  # True: the rendezvous itself went away, not a peer: the workers save before they stop
-
-
-class Refused(Exception):
-    """The rendezvous (or whatever answered) will not have this agent; ``status`` is the agent's exit status."""
-
-    def __init__(self, reason: str, status: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 class RendezvousLink:
@@ -93,9 +75,9 @@ class RendezvousLink:
         sock, session = self._join_here(first) or self._handshake(first, deadline, give_up)
         # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved). The reader
         # thread starts now, while the server checks the join (its start is off the welcome's path), and waits at
-        # `go` until the welcome was read; it then releases the channel, which starts the writer (which also sends
-        # the keep-alives). Messages sent meanwhile wait in the held channel, in order. Only a server that proved
-        # the secret (or the one this process serves) gets this far.
+        # `go` until the welcome was read; it then releases the channel, which writes what was queued meanwhile, in
+        # order, from the reader's thread (no writer thread: the reader sends the keep-alives while it waits for
+        # bytes, wire.Channel). Only a server that proved the secret (or the one this process serves) gets this far.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
@@ -174,7 +156,7 @@ class RendezvousLink:
         go.wait()  # the joining thread read the welcome (or gave up and closed the channel)
         if channel.closed:
             return
-        channel.release()  # starts the writer and its keep-alives
+        channel.release()  # writes what was queued while held; the keep-alives come from this reader from now on
         try:
             while True:
                 message = channel.receive()
@@ -198,12 +180,12 @@ class RendezvousLink:
         self._last_heard = time.monotonic()
         return message
 
-    def send(self, kind: str, **fields: Any) -> bool:
+    def send(self, message: M.Message) -> bool:
         """Queue one message; a chunk (``file``) waits up to node_timeout for room (the upload's pace)."""
         if self.channel is None:
             return False
-        bulk = kind == "file"
-        return self.channel.send(M.make(kind, **fields), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
+        bulk = isinstance(message, M.File)
+        return self.channel.send(M.checked(message), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
 
     def upload(self, request: M.Send, store: FileSource) -> None:
         if self.channel is not None:
@@ -213,17 +195,3 @@ class RendezvousLink:
         if self.channel is not None:
             self.channel.drain(1.0)
             self.channel.close()
-
-
-def stdin_closed() -> bool:
-    """True once stdin is at its end (the ssh session of the host-file launcher closed it)."""
-    try:
-        readable, _, _ = select.select([sys.stdin], [], [], 0)
-    except (ValueError, OSError):
-        return True
-    if not readable:
-        return False
-    try:
-        return os.read(sys.stdin.fileno(), 1024) == b""
-    except OSError:
-        return True

@@ -26,20 +26,19 @@ import itertools
 import socket
 import threading
 import time
-from dataclasses import asdict
 from typing import Callable
 
 from tfdist.cluster.address import format_address
-from tfdist.validate import printable
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.tcp.admission import PENDING_PER_SOURCE, PENDING_TOTAL, Admission  # noqa: F401 - the caps
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire as P
 from tfdist.launch.elastic.rendezvous.backup_relay import BackupRelay
+from tfdist.launch.elastic.rendezvous.conductor import Conductor, Refusal
 from tfdist.launch.elastic.messages.flight import Evidence
-from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder, round_members
-from tfdist.launch.elastic.rendezvous.membership import Finish, MembershipPolicy, Node, RendezvousSettings, StartRound, Stop
-
+from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder
+from tfdist.launch.elastic.rendezvous.membership import Finish, MembershipPolicy, RendezvousSettings
+from tfdist.launch.elastic.rendezvous.membership_types import RoundAction
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -72,8 +71,8 @@ class RendezvousServer:
         self._waiting = self._admission.waiting  # the same connections, oldest first
         self.result: Finish | None = None
         self.relay = BackupRelay(self._send, say)
+        self.conductor = Conductor(self.policy, self.relay, say, recorder=recorder)
         self._threads: list[threading.Thread] = []
-        self.round_started_at: dict[int, float] = {}
         self.send_timeout = max(5.0, settings.node_timeout)
 
     @property
@@ -145,20 +144,13 @@ class RendezvousServer:
             return self._refuse_later(channel, str(other), versions=list(M.SPOKEN))
         except M.ProtocolError as bad:
             return self._refuse_later(channel, f"not a message of this protocol: {bad}")
-        if not isinstance(join, M.Join):
-            return self._refuse_later(channel, "expected a join message first")
-        # Names are shown on the operator's terminal: escape codes and line breaks arrive as visible escapes.
-        node = Node(node_id=node_id, name=printable(join.name or join.address, 200), address=join.address,
-                    slots=join.slots, requested_rank=join.node_rank, roles=tuple(join.roles), layout=join.layout,
-                    versions={printable(k, 40): printable(v, 100) for k, v in (join.versions or {}).items()})
         with self._lock:
-            refusal = self.policy.on_join(node, join.job)
-            if refusal is None:
+            node = self.conductor.admit(node_id, join)
+            if not isinstance(node, Refusal):
                 self._channels[node_id] = channel
                 self._last_seen[node_id] = time.monotonic()
-        if refusal is not None:
-            self._say(f"refused {node.label}: {refusal[0]}")
-            return self._refuse_later(channel, refusal[0], refusal[1])
+        if isinstance(node, Refusal):
+            return self._refuse_later(channel, node.reason, node.status)
         sock.setblocking(False)  # this thread never waits on a peer: a ~100-byte welcome fits an empty buffer
         welcomed = channel.send_now(M.Welcome(node_id=node_id))
         sock.settimeout(self.send_timeout)
@@ -242,14 +234,7 @@ class RendezvousServer:
         with self._lock:
             if node_id in self._channels:
                 self._last_seen[node_id] = now
-            if isinstance(message, M.Ready):
-                self.policy.on_ready(node_id, tuple(message.ports),
-                                     None if message.backup is None else asdict(message.backup), message.snapshot)
-            elif isinstance(message, M.Training):
-                self.policy.on_training(node_id, message.round)
-            elif isinstance(message, M.Exited):
-                self.policy.on_exited(node_id, message.round, message.outcome, message.step,
-                                      printable(message.detail, M.MAX_TEXT), now)
+            self.conductor.on_message(node_id, message, now)
 
     def _seen(self, node_id: int, now: float) -> None:
         with self._lock:
@@ -299,47 +284,33 @@ class RendezvousServer:
             if self.recorder is not None:
                 self.recorder.on_lost(node_id)
             channel.close()
+        members = _Channels(channels)
         for action in actions:
-            self._carry_out(action, channels, nodes, round_)
+            finish = self.conductor.carry_out(action, members, nodes, round_)
+            if finish is not None:
+                self.result = finish
+                self.finished.set()
         if now - last_ping >= interval:
             last_ping = now
             for channel in channels.values():
                 channel.send(M.Ping())
         return last_ping
 
-    def _carry_out(self, action: object, channels: dict[int, P.Channel], nodes: dict[int, Node], round_: int) -> None:
-        if isinstance(action, StartRound):
-            if action.rejoin:  # a lost machine back in the running round: no new round, nothing to restore
-                self._say(f"round {action.round}: {nodes[action.assignments[0].node_id].label} rejoins it")
-            else:
-                self.round_started_at[action.round] = time.monotonic()
-                if self.recorder is not None:
-                    layout = next((n.layout for n in nodes.values() if n.layout), "")
-                    self.recorder.on_round(action.round, round_members(
-                        action, {i: n.label for i, n in nodes.items()}, layout))
-                self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
-            restore, copies = ({}, {}) if action.rejoin else (self.relay.plan(nodes, action),
-                                                               self.relay.plan_snapshot(nodes, action))
-            for assignment in action.assignments:
-                channel = channels.get(assignment.node_id)
-                if channel is not None:
-                    channel.send(M.Round(round=action.round, node_rank=assignment.node_rank,
-                                         world_size=action.world_size, workers=list(action.workers),
-                                         first_index=assignment.first_index, nodes=[list(n) for n in action.nodes],
-                                         restore=restore.get(assignment.node_id),
-                                         snapshot=copies.get(assignment.node_id)))
-            if not action.rejoin:
-                self.relay.request_upload(action.round)
-        elif isinstance(action, Stop):
-            for node_id in action.node_ids:
-                channel = channels.get(node_id)
-                if channel is not None:
-                    channel.send(M.Stop(round=round_, graceful=action.graceful, reason=action.reason))
-            self._say(f"stopping round {round_}: {action.reason}")
-        elif isinstance(action, Finish):
-            if self.recorder is not None and self.recorder.report_lines():
-                action = Finish(action.status, "\n".join([action.report.rstrip("\n"), *self.recorder.report_lines()]))
-            self.result = action
-            for channel in channels.values():
-                channel.send(M.Finish(status=action.status, report=action.report[-M.MAX_REPORT:]))
-            self.finished.set()
+
+class _Channels:
+    """The TCP server's :class:`~tfdist.launch.elastic.rendezvous.conductor.Members` port: each message goes out on
+    that member's connection at once (``channels``: as they stood when the policy decided)."""
+
+    def __init__(self, channels: dict[int, P.Channel]) -> None:
+        self._channels = channels
+
+    def everyone(self) -> list[int]:
+        return list(self._channels)
+
+    def deliver(self, node_id: int, message: M.Message) -> None:
+        channel = self._channels.get(node_id)
+        if channel is not None:
+            channel.send(message)
+
+    def commit(self, action: RoundAction) -> None:
+        """Each message went out as it was delivered: nothing to gather."""

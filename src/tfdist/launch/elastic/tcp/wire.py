@@ -26,8 +26,8 @@ import time
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import flight as _flight_messages  # noqa: F401 - registers dump, evidence
 from tfdist.launch.elastic.messages.protocol import Message, Ping, ProtocolError, decode, encode
+from tfdist.launch.elastic.messages.fields import FILE_CHUNK  # noqa: F401 - the wire's chunk is the protocol's
 
-FILE_CHUNK = 256 * 1024
 QUEUE_FRAMES = 32
 RESERVED = 8
 

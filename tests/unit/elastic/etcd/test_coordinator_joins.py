@@ -1,0 +1,72 @@
+"""The etcd coordinator's joins go through the same check as a built-in rendezvous' (``Join.check``): the address
+of a join record lands in every task's TF_CONFIG, so a record whose address is not a host name or an IP address is
+refused, as the TCP server refuses that join frame. Runs without etcd: sealed entries are fed to the coordinator's
+event handler, and its writes land in a recording store (the real etcd runs in the backend contract suite)."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tfdist.launch.elastic.etcd.coordinator import Coordinator
+from tfdist.launch.elastic.etcd.keys import JobKeys
+from tfdist.launch.elastic.etcd.store import Entry, seal, unseal
+from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
+
+SECRET = b"job-secret-for-tests"
+
+
+class RecordingStore:
+    """Where the coordinator's writes go: what it put, by key (no etcd: this test is about the join rule)."""
+
+    def __init__(self) -> None:
+        self.puts: dict[str, bytes] = {}
+
+    def put(self, key: str, value: bytes, lease: int | None = None) -> int:
+        self.puts[key] = value
+        return len(self.puts)
+
+
+def _coordinator() -> tuple[Coordinator, RecordingStore, list[str]]:
+    store, said = RecordingStore(), []
+    settings = RendezvousSettings(job="joins", min_nodes=1, max_nodes=4, node_timeout=5.0)
+    keys = JobKeys("/tfdist", "joins")
+    coordinator = Coordinator(store, keys, settings, SECRET, claim=1, me="00000000000000aa",  # type: ignore[arg-type]
+                              say=said.append, stop=threading.Event())
+    return coordinator, store, said
+
+
+def _join_entry(keys: JobKeys, lease: str, record: dict[str, Any], revision: int) -> Entry:
+    key = keys.node(lease)
+    return Entry(key=key, value=seal(SECRET, key, record), create_revision=revision, mod_revision=revision, lease=0)
+
+
+GOOD = {"job": "joins", "name": "m0", "address": "10.0.0.1", "slots": 1, "node_rank": None, "versions": {}}
+
+
+def _answer(coordinator: Coordinator, store: RecordingStore, lease: str) -> dict[str, Any] | None:
+    key = coordinator.keys.to_node(lease)
+    return None if key not in store.puts else unseal(SECRET, key, store.puts[key])
+
+
+def test_a_good_join_record_is_welcomed():
+    coordinator, store, _said = _coordinator()
+    coordinator._on_event(_join_entry(coordinator.keys, "00000000000000b1", GOOD, 7))
+    assert _answer(coordinator, store, "00000000000000b1") == {"type": "welcome", "node_id": 7}
+    assert [n.address for n in coordinator.policy.nodes.values()] == ["10.0.0.1"]
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("address", "a b;c", "address: not a host name or IP address"),
+    ("address", "10.0.0.1\nworker", "address"),
+    ("slots", 0, "slots"),
+    ("name", "x" * 300, "name"),
+])
+def test_a_join_record_the_tcp_server_would_refuse_is_refused_and_never_admitted(field, value, reason):
+    coordinator, store, said = _coordinator()
+    coordinator._on_event(_join_entry(coordinator.keys, "00000000000000b2", {**GOOD, field: value}, 8))
+    answer = _answer(coordinator, store, "00000000000000b2")
+    assert answer is not None and answer["type"] == "refused" and reason in answer["reason"], (answer, said)
+    assert answer["status"] == 2
+    assert coordinator.policy.nodes == {}
