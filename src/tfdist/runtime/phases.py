@@ -74,6 +74,10 @@ class PhaseClock:
         self._open = self._durations_of(Phase.STARTUP)  # the current phase's durations
         self._stats: dict[Phase, PhaseStats] | None = None
         self._counted = -1  # the durations' total count when _stats was computed
+        # False once steps are only seen by polling (a custom loop): then the time between two looks holds whatever the
+        # loop did besides stepping (an epoch's checkpoint save, an evaluation), which would pass for a long step, and
+        # its first such pause for a hang. Such a task says no phase: the launcher waits --hang-timeout, as before.
+        self.delimited = True
 
     def enter(self, phase: Phase, now: float | None = None) -> bool:
         """The task starts ``phase`` (now, or at monotonic ``now``): the phase it was in has finished. True when
@@ -101,7 +105,9 @@ class PhaseClock:
 
     def steps_done(self, count: int, now: float) -> bool:
         """``count`` steps ended by ``now`` since the last look (a custom loop, seen by polling its optimizer): each is
-        counted with their mean duration. True when the kind changed."""
+        counted with their mean duration. True when the kind changed. From now on the heartbeat says no phase
+        (:attr:`delimited`)."""
+        self.delimited = False
         if self.phase is not _STEP or count <= 0:
             return self.enter(_STEP, now)
         durations = self._open
@@ -122,8 +128,11 @@ class PhaseClock:
         self._open.add(max(0.0, now - self.since))
         self.since = now
 
-    def report(self) -> tuple[Phase, float, dict[Phase, PhaseStats] | None]:
-        """The heartbeat's ``phase``, ``phase_since`` (wall clock) and ``phase_stats``."""
+    def report(self) -> tuple[Phase | None, float | None, dict[Phase, PhaseStats] | None]:
+        """The heartbeat's ``phase``, ``phase_since`` (wall clock) and ``phase_stats``; none of them where the phases
+        are not delimited (:attr:`delimited`)."""
+        if not self.delimited:
+            return None, None, None
         counted = sum(d.n for d in self._durations.values())
         if counted != self._counted:
             self._stats = {phase: d.stats() for phase, d in self._durations.items() if d.n} or None
