@@ -32,6 +32,7 @@ def test_firewall_without_root_is_one_line_and_exit_2(args, env, named):
 def _refused(tmp_path: Path, args: list[str], env: dict[str, str], named: str) -> None:
     task = tmp_path / "task.py"
     task.write_text("open(__file__ + '.ran', 'w').close()\n")
+    folders_before = set(Path(tempfile.gettempdir()).glob("tfdist-agent-*"))
     done = subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m", "tfdist",
          "launch", *args, "--", str(task)],
@@ -43,3 +44,5 @@ def _refused(tmp_path: Path, args: list[str], env: dict[str, str], named: str) -
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{named} needs root" in lines[0], done.stderr
     assert not (tmp_path / "task.py.ran").exists()  # refused before any task started
+    # ... and before the agent made its temporary folder (it was left behind by every refused agent before)
+    assert set(Path(tempfile.gettempdir()).glob("tfdist-agent-*")) == folders_before

@@ -62,6 +62,8 @@ class Agent:
         self.address = ""
         self._deferred: M.Message | None = None
         self.spares: SparePool | None = None
+        # --firewall first: where it cannot work (exit 2) nothing is made yet, not even the temporary folder below.
+        self.firewall = machine_run.open_firewall(spec.tasks.firewall, spec.job, spec.launcher_metrics_port, self.say)
         # One run per machine: its record, folder and live view follow the single-machine launcher's layout.
         self.run_id = f"{spec.job[:48]}-{uuid.uuid4().hex[:8]}"
         self.log_dir = spec.log_dir or tempfile.mkdtemp(prefix=f"tfdist-agent-{uuid.uuid4().hex[:8]}-")
@@ -71,7 +73,6 @@ class Agent:
         self.metrics: LauncherMetrics | None = None  # with --launcher-metrics-port
         self.backups = BackupStore(spec.checkpoint_dir, spec.job) if spec.checkpoint_dir else None
         self.snapshots: WatchedSnapshotFolder | None = None  # this machine's shared-memory snapshots, all rounds
-        self.firewall = machine_run.open_firewall(spec.tasks.firewall, spec.job, spec.launcher_metrics_port, self.say)
         self.phase = AgentPhase.JOINING  # where this agent is (phases.py); phases: the way it went
         self.phases: list[AgentPhase] = [AgentPhase.JOINING]
 
