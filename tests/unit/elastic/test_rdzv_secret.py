@@ -74,3 +74,20 @@ def test_the_derived_job_id_is_stable_and_depends_on_the_secret():
     assert secret.derived_job_id(one) == secret.derived_job_id(one)
     assert secret.derived_job_id(one) != secret.derived_job_id(two)
     assert one.hex() not in secret.derived_job_id(one)
+
+
+def test_each_purpose_has_its_own_subkey_and_the_secret_keys_nothing_itself():
+    job = bytes(range(32))
+    keys = {purpose: secret.subkey(job, purpose) for purpose in secret.PURPOSES}
+    assert len(set(keys.values())) == len(secret.PURPOSES)
+    assert job not in keys.values()
+    assert all(len(key) == 32 for key in keys.values())
+    assert secret.subkey(job, "etcd records") == keys["etcd records"]
+    assert secret.subkey(bytes(32), "etcd records") != keys["etcd records"]
+    # the job id anyone can read is a truncated subkey of its own, not a MAC of some other key's input
+    assert secret.derived_job_id(job) == "job-" + keys["job id"][:6].hex()
+
+
+def test_an_unknown_subkey_purpose_is_refused():
+    with pytest.raises(ValueError, match="purpose"):
+        secret.subkey(bytes(32), "rendezvous-wire")

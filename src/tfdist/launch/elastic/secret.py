@@ -6,8 +6,6 @@ stdin (``--rdzv-secret-file -``), so it is on no command line and in no process 
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import secrets
 import stat
@@ -120,10 +118,29 @@ def _read_stdin_line(timeout: float = 30.0) -> str:
     return data.decode("ascii", errors="replace")
 
 
+# What each key derived from the job secret is for. The secret itself keys nothing: every use has its own subkey
+# (key separation), so a value computed with one (a job id anyone can read, a sealed etcd record) says nothing
+# about another's key, and a proof made for one purpose is never valid for another.
+PURPOSES = frozenset({"job id", "rendezvous wire", "etcd records"})
+_SUBKEY_SALT = b"tfdist job secret v1"
+
+
+def subkey(secret: bytes, purpose: str, length: int = 32) -> bytes:
+    """The key for ``purpose`` (one of :data:`PURPOSES`): HKDF-SHA256 (RFC 5869) from ``cryptography``, with the
+    purpose as its ``info``. Raises ValueError for an unknown purpose (a typo must not silently share a key)."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"no such subkey purpose: {purpose!r}")
+    from cryptography.hazmat.primitives import hashes  # imported here: the CLI's start does not pay for it
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=_SUBKEY_SALT,
+                info=b"tfdist " + purpose.encode("ascii")).derive(secret)
+
+
 def derived_job_id(secret: bytes) -> str:
     """A job id named by the secret (``--rdzv-id`` left out): the same on every machine holding it, and it tells
-    nothing about the secret."""
-    return "job-" + hmac.new(secret, b"tfdist rendezvous job id", hashlib.sha256).hexdigest()[:12]
+    nothing about the secret (its own subkey)."""
+    return "job-" + subkey(secret, "job id")[:6].hex()
 
 
 def main(argv: list[str]) -> int:
