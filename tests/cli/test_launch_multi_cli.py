@@ -128,12 +128,22 @@ def test_the_secret_file_has_an_environment_twin(capsys, tmp_path, monkeypatch):
     assert "group or others" in _refused(capsys, [])
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--rdzv-insecure"], "--rdzv-insecure needs --rdzv-id"),
-    (["--rdzv-insecure", "--rdzv-id", "j", "--rdzv-secret-file", "/x"], "not both"),
-])
-def test_insecure_mode_needs_a_job_id_and_no_secret(capsys, argv, needle):
-    assert needle in _refused(capsys, argv)
+def test_insecure_mode_needs_a_job_id(capsys):
+    assert "--rdzv-insecure needs --rdzv-id" in _refused(capsys, ["--rdzv-insecure"])
+
+
+@pytest.mark.parametrize("text", ["00" * 32, "ab" * 16, "deadbeef" * 8, "0123456789abcdef" * 2])
+def test_a_secret_that_is_not_random_is_refused_naming_the_file_and_the_fix(capsys, tmp_path, text):
+    path = _secret_file(tmp_path, text=text)
+    err = _refused(capsys, ["--rdzv-secret-file", path])
+    assert path in err and "not hold a random job secret" in err
+    assert "python -m tfdist.launch.elastic.secret PATH" in err
+
+
+def test_a_secret_that_is_not_random_is_taken_with_rdzv_insecure(capsys, tmp_path):
+    path = _secret_file(tmp_path, text="00" * 32)
+    assert main(["launch", "--nnodes", "2", "--rdzv-endpoint", "198.18.0.1:29400", "--rdzv-secret-file", path,
+                 "--rdzv-insecure", "--dry-run", "--", FAKE, "x"]) == 0, capsys.readouterr().err
 
 
 def test_a_host_file_job_makes_its_own_secret(capsys):

@@ -3,6 +3,8 @@ file, rendezvous) a flag either works with its single-machine meaning (seen in t
 name with exit 2. Nothing here starts a process or sends a packet (--dry-run connects to nothing)."""
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import click
@@ -133,7 +135,7 @@ def test_each_flag_works_across_machines_or_is_refused_by_name(tmp_path: Path, m
         base = ["--nnodes", "2", "-n", "2", "--rdzv-insecure", "--rdzv-id", "j"]
     if name in ("rdzv_secret_file", "rdzv_insecure") and mode == RENDEZVOUS:
         base = ["--nnodes", "2", "--rdzv-endpoint", "198.18.0.1:29400", "-n", "2"]
-        (tmp_path / "secret").write_text("ab" * 32)
+        (tmp_path / "secret").write_text(os.urandom(32).hex())  # random: a pattern is refused (issue 34)
         (tmp_path / "secret").chmod(0o600)
     rc = main(["launch", *base, *flags, "--dry-run", "--", *_target(name)])
     out, err = capsys.readouterr()

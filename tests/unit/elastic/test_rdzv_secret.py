@@ -31,7 +31,7 @@ def test_an_existing_secret_is_never_overwritten(tmp_path):
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o602])
 def test_a_secret_others_can_access_is_refused_naming_the_file(tmp_path, mode):
     path = tmp_path / "job.secret"
-    path.write_text("ab" * 32 + "\n")
+    path.write_text(os.urandom(32).hex() + "\n")
     path.chmod(mode)
     with pytest.raises(UsageError) as refused:
         secret.load(str(path))
@@ -51,9 +51,49 @@ def test_a_short_or_malformed_secret_is_refused(tmp_path, text, words):
 
 def test_exactly_128_bits_is_enough(tmp_path):
     path = tmp_path / "job.secret"
-    path.write_text("0f" * 16)
+    value = bytes.fromhex("5be0c3a9177e42d08f6a1c93e4b2750d")
+    path.write_text(value.hex())
     path.chmod(0o600)
-    assert secret.load(str(path)) == bytes([15] * 16)
+    assert secret.load(str(path)) == value
+
+
+# (secret, why it is not random): one byte, short repeats up to 8 bytes, too few distinct values; "" for random ones
+WEAKNESS = [
+    (bytes(32), "every byte is 00"),
+    (b"\xab" * 16, "every byte is ab"),
+    (b"\xde\xad" * 16, "first 2 bytes"),
+    (bytes.fromhex("deadbeef") * 8, "first 4 bytes (deadbeef)"),
+    (bytes.fromhex("0123456789abcdef") * 4, "first 8 bytes"),
+    (bytes.fromhex("0123456789abcdef") * 2, "first 8 bytes"),  # 128 bits long, 64 of them
+    (bytes(range(7)) * 4 + bytes(range(4)), "first 7 bytes"),  # a repeat cut short still repeats
+    (bytes([1, 2, 3, 4, 5, 6, 7]) * 4 + bytes([9, 9, 9, 9]), "only 8 distinct byte values in 32"),
+    (bytes([0] * 15 + [1] * 17), "only 2 distinct byte values in 32"),
+    (bytes.fromhex("5be0c3a9177e42d08f6a1c93e4b2750d"), ""),
+    (bytes(range(32)), ""),  # a counting secret has distinct bytes and no short period: the rule cannot see it
+    (bytes(range(9)) * 4, "only 9 distinct byte values in 36"),  # past MAX_PERIOD, caught by the distinct count
+]
+
+
+@pytest.mark.parametrize("value, why", WEAKNESS, ids=[f"{v.hex()[:12]}x{len(v)}" for v, _ in WEAKNESS])
+def test_a_secret_that_is_plainly_not_random_is_named_by_weakness(value, why):
+    found = secret.weakness(value)
+    assert (why in found and found) if why else found == ""
+
+
+def test_new_secrets_pass_the_randomness_rule():
+    assert [secret.weakness(secret.new_secret()) for _ in range(200)] == [""] * 200
+
+
+@pytest.mark.parametrize("text", ["00" * 32, "ff" * 16, "deadbeef" * 4, "0123456789abcdef" * 2])
+def test_a_pattern_secret_is_refused_naming_the_file_and_the_fix_unless_insecure(tmp_path, text):
+    path = tmp_path / "job.secret"
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    with pytest.raises(UsageError, match="not hold a random job secret") as refused:
+        secret.load(str(path))
+    line = refused.value.one_line()
+    assert str(path) in line and secret.NEW_SECRET_COMMAND in line and "\n" not in line
+    assert secret.load(str(path), weak_ok=True) == bytes.fromhex(text)
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path):

@@ -1,7 +1,9 @@
 """The job secret: made, written, read and checked in one place.
 
 A secret is at least :data:`MIN_BITS` random bits, kept as hex on one line of a file only its owner can read (the
-rule ssh applies to private keys). Host-file mode makes a fresh one per job and hands it to every agent on ssh's
+rule ssh applies to private keys). A value that is plainly not random (one byte repeated, a short pattern repeated,
+a handful of distinct bytes: what a person types or a test fixture writes) is refused by :func:`weakness` unless
+``--rdzv-insecure`` says the network is trusted: its bits are not 128 bits an attacker must guess. Host-file mode makes a fresh one per job and hands it to every agent on ssh's
 stdin (``--rdzv-secret-file -``), so it is on no command line and in no process list.
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ MAX_FILE_BYTES = 4096
 STDIN = "-"
 NEW_SECRET_COMMAND = "python -m tfdist.launch.elastic.secret PATH"
 _HEX = frozenset(string.hexdigits)
+MAX_PERIOD = 8  # a secret that repeats its first 1..8 bytes is a typed pattern ("00"*16, "deadbeef"*4, "0123..")
+MIN_DISTINCT = 16  # random bytes this long hold about as many distinct values; see weakness()
 
 
 def new_secret() -> bytes:
@@ -31,8 +35,28 @@ def encode(secret: bytes) -> str:
     return secret.hex()
 
 
-def parse(text: str, where: str) -> bytes:
-    """The secret written in ``text`` (hex, surrounding blanks ignored). Raises UsageError naming ``where``."""
+def weakness(secret: bytes) -> str:
+    """Why ``secret`` is plainly not random (``""``: nothing found). Pure.
+
+    A repeat of its first ``p`` bytes (``p`` up to :data:`MAX_PERIOD`) has at most ``8 * p`` bits, however long; and
+    random bytes are nearly all distinct (32 of them hold about 30 values), so fewer than ``min(MIN_DISTINCT,
+    len // 2)`` distinct bytes is a pattern, not chance: a random secret is refused with a chance below 1e-15 (32
+    bytes, what :func:`new_secret` makes) or 1e-11 (16 bytes, the least accepted)."""
+    period = next((p for p in range(1, min(MAX_PERIOD, len(secret) - 1) + 1)
+                   if all(secret[i] == secret[i % p] for i in range(len(secret)))), None)
+    if period == 1:
+        return f"every byte is {secret[0]:02x}"
+    if period is not None:
+        return f"it repeats its first {period} bytes ({secret[:period].hex()})"
+    distinct, needed = len(set(secret)), min(MIN_DISTINCT, len(secret) // 2)
+    if distinct < needed:
+        return f"it holds only {distinct} distinct byte values in {len(secret)} bytes"
+    return ""
+
+
+def parse(text: str, where: str, *, weak_ok: bool = False) -> bytes:
+    """The secret written in ``text`` (hex, surrounding blanks ignored); a plainly non-random one is refused unless
+    ``weak_ok`` (``--rdzv-insecure``). Raises UsageError naming ``where``."""
     value = text.strip()
     if not value or not set(value) <= _HEX or len(value) % 2:
         raise UsageError(f"{where} does not hold a job secret (one line of hex digits)",
@@ -40,7 +64,13 @@ def parse(text: str, where: str) -> bytes:
     if len(value) * 4 < MIN_BITS:
         raise UsageError(f"{where} holds a {len(value) * 4}-bit secret; at least {MIN_BITS} bits are needed",
                          hint=f"make a new one with `{NEW_SECRET_COMMAND}`")
-    return bytes.fromhex(value)
+    secret = bytes.fromhex(value)
+    why = "" if weak_ok else weakness(secret)
+    if why:
+        raise UsageError(f"{where} does not hold a random job secret: {why}",
+                         hint=f"make a new one with `{NEW_SECRET_COMMAND}` (or add --rdzv-insecure, only on a "
+                         "network you trust)")
+    return secret
 
 
 def write_new(path: str) -> None:
@@ -69,11 +99,12 @@ def write_new(path: str) -> None:
             pass
 
 
-def load(path: str, flag: str = "--rdzv-secret-file") -> bytes:
+def load(path: str, flag: str = "--rdzv-secret-file", *, weak_ok: bool = False) -> bytes:
     """The secret in ``path`` after ssh's checks: a regular file, owned by this user, that group and others cannot
-    read or write. ``-`` reads one line from stdin. Raises UsageError naming the file."""
+    read or write; random unless ``weak_ok`` (:func:`parse`). ``-`` reads one line from stdin. Raises UsageError
+    naming the file."""
     if path == STDIN:
-        return parse(_read_stdin_line(), f"{flag} - (stdin)")
+        return parse(_read_stdin_line(), f"{flag} - (stdin)", weak_ok=weak_ok)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block us
     except OSError as bad:
@@ -97,7 +128,7 @@ def load(path: str, flag: str = "--rdzv-secret-file") -> bytes:
         text = data.decode("ascii")
     except UnicodeDecodeError:
         text = "\x00"
-    return parse(text, f"{flag} {path}")
+    return parse(text, f"{flag} {path}", weak_ok=weak_ok)
 
 
 def _read_stdin_line(timeout: float = 30.0) -> str:

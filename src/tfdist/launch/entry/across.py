@@ -26,13 +26,12 @@ DISCOVERY_MAX_NODES = 256  # a discovery script may add hosts later: the job tak
 
 def job_secret(options: LaunchOptions) -> tuple[bytes, str]:
     """(secret, job id) for rendezvous mode, either backend: the etcd backend seals every record with the secret
-    (HMAC), as the built-in one authenticates every connection. Raises UsageError (exit 2) naming the flag or the
-    file."""
+    (HMAC), as the built-in one authenticates every connection. With both --rdzv-secret-file and --rdzv-insecure
+    the file's secret is used even when it is plainly not random (a fixture's, a typed one). Raises UsageError (exit
+    2) naming the flag or the file."""
     from tfdist.launch.elastic import secret
 
-    if options.rdzv_secret_file and options.rdzv_insecure:
-        raise UsageError("give --rdzv-secret-file or --rdzv-insecure, not both")
-    if options.rdzv_insecure:
+    if options.rdzv_insecure and not options.rdzv_secret_file:
         if not options.rdzv_id:
             raise UsageError("--rdzv-insecure needs --rdzv-id", hint="the same job id on every machine")
         from tfdist.launch.elastic.tcp.auth import INSECURE_SECRET
@@ -42,7 +41,7 @@ def job_secret(options: LaunchOptions) -> tuple[bytes, str]:
         raise UsageError("--rdzv-endpoint needs a job secret: --rdzv-secret-file PATH",
                          hint=f"make one with `{secret.NEW_SECRET_COMMAND}` and copy it to every machine; "
                          "--rdzv-insecure runs without one on a network you trust")
-    value = secret.load(options.rdzv_secret_file)
+    value = secret.load(options.rdzv_secret_file, weak_ok=options.rdzv_insecure)
     return value, job_id(options.rdzv_id) if options.rdzv_id else secret.derived_job_id(value)
 
 
@@ -92,7 +91,7 @@ def _run_agent(options: LaunchOptions, command: Command, legacy_keras: bool, *, 
     from tfdist.launch.ssh.host_probe import versions
 
     secret, job = job_secret(options)
-    if etcd is not None and options.rdzv_insecure:
+    if etcd is not None and options.rdzv_insecure and not options.rdzv_secret_file:
         secret = b""  # unsigned records: etcd's own user authentication is the only guard
     if options.node_address is not None:
         from tfdist.launch.elastic.netaddr import is_unroutable
