@@ -1,6 +1,8 @@
 """``tfdist launch``: start and supervise the tasks of a distributed job, on this machine or across machines."""
 from __future__ import annotations
 
+import sys
+
 import click
 
 from tfdist.cli.common import PathText, option
@@ -84,7 +86,20 @@ def command(**params: object) -> int:
     """
     from tfdist.launch.entry import run
 
+    _say_where_insecure_came_from(bool(params.get("rdzv_insecure")))
     return run(LaunchOptions.from_params(params), given=_given_flags())
+
+
+def _say_where_insecure_came_from(insecure: bool) -> None:
+    """--rdzv-insecure turns the job's protection off. Typed, it is the user's word; from a config file (checked
+    into a repository, shared by a team) or an environment twin (exported long ago, set by a scheduler) nobody
+    may have meant it for this job, so it is honoured with a line saying where it came from."""
+    from tfdist.cli import settings
+
+    origin = settings.ORIGINS.get("--rdzv-insecure")
+    if insecure and origin:
+        print(f"tfdist: warning: --rdzv-insecure is set by {origin}, not on the command line: anyone who can "
+              "reach the rendezvous can join or disturb this job", file=sys.stderr)
 
 
 def _given_flags() -> dict[str, str]:
