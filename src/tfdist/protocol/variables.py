@@ -59,6 +59,7 @@ SNAPSHOT_DIR = "TFDIST_SNAPSHOT_DIR"
 SNAPSHOTS = "TFDIST_SNAPSHOTS"
 SNAPSHOT_EVERY = "TFDIST_SNAPSHOT_EVERY"
 GRPC_DEFAULT_OPTIONS = "TF_GRPC_DEFAULT_OPTIONS"
+ETCD_PASSWORD = "TFDIST_RDZV_ETCD_PASSWORD"
 
 REGISTRY: tuple[EnvVar, ...] = (
     EnvVar(TF_CONFIG, SetBy.LAUNCHER, "the cluster and this task's role, as JSON (TensorFlow reads it)"),
@@ -112,11 +113,14 @@ REGISTRY: tuple[EnvVar, ...] = (
            "step)"),
     EnvVar("TFDIST_COLLECTIVE_TIMEOUT", SetBy.USER, "seconds a collective may wait for a peer (default 0: no limit)"),
     EnvVar("TFDIST_OS_RELEASE_FILE", SetBy.USER, "the os-release file setup-gpu scripts read (tests)"),
-    EnvVar("TFDIST_RDZV_ETCD_PASSWORD", SetBy.USER, "the etcd user's password for --rdzv-backend etcd with "
+    EnvVar(ETCD_PASSWORD, SetBy.USER, "the etcd user's password for --rdzv-backend etcd with "
            "--rdzv-conf user=NAME (instead of password_file=)"),
 )
 VARIABLES: Mapping[str, EnvVar] = {v.name: v for v in REGISTRY}
 PROTECTED: frozenset[str] = frozenset(v.name for v in REGISTRY if v.protected)
+# Credentials the launcher reads from its own environment and no task may inherit: a task's environment is
+# written into dumps and crash reports, read by every library it imports and handed to every process it starts.
+LAUNCHER_SECRETS: frozenset[str] = frozenset({ETCD_PASSWORD})
 # Flags have environment twins TFDIST_<COMMAND>_<FLAG>; they are listed by --help, not here.
 FLAG_TWIN_PATTERN = "TFDIST_<COMMAND>_<FLAG>"
 
@@ -130,6 +134,11 @@ def render_env_table() -> str:
     rows += [f"| `{v.name}` | {v.set_by.value} | {v.meaning} |" for v in REGISTRY]
     rows.append(f"| `{FLAG_TWIN_PATTERN}` | you | every flag's twin, e.g. `TFDIST_LAUNCH_WORKERS` (see `--help`) |")
     return "\n".join(rows)
+
+
+def without_launcher_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` as a task inherits it: the launcher's own credentials (:data:`LAUNCHER_SECRETS`) left out."""
+    return {name: value for name, value in environ.items() if name not in LAUNCHER_SECRETS}
 
 
 def refuse_protected(names: Iterable[str], *, flag: str = "--env") -> None:

@@ -21,6 +21,7 @@ from typing import IO, Callable, Mapping
 
 from tfdist.launch.seams import OutputSink
 from tfdist.protocol import TaskPlan
+from tfdist.protocol.variables import without_launcher_secrets
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -196,8 +197,9 @@ def _popen(command: list[str], env: Mapping[str, str], *, stdin: int) -> subproc
 
 def spawn(plan: TaskPlan, *, attempt: int, base_env: Mapping[str, str], log_path: str,
           console: OutputSink) -> TaskProcess:
-    """Start one task with ``base_env`` plus its own additions, its output prefixed and logged."""
-    env = dict(base_env)
+    """Start one task with ``base_env`` (the launcher's credentials left out) plus its own additions, its output
+    prefixed and logged."""
+    env = without_launcher_secrets(base_env)
     env.update(plan.environment())
     log = open(log_path, "ab")  # noqa: SIM115 - closed by the route when the task's pipes close
     try:
@@ -235,7 +237,8 @@ class Spare:
 def spawn_spare(python: str, env: Mapping[str, str], preload: list[str] | None = None) -> Spare:
     """Start a spare that pre-imports TensorFlow and ``preload``, in its own session, dying with the launcher like a
     task."""
-    popen = _popen([python, "-u", "-m", "tfdist.launch.process.spare_process"], env, stdin=subprocess.PIPE)
+    popen = _popen([python, "-u", "-m", "tfdist.launch.process.spare_process"], without_launcher_secrets(env),
+                   stdin=subprocess.PIPE)
     assert popen.stdin is not None
     try:
         popen.stdin.write((json.dumps({"preload": list(preload or [])}) + "\n").encode())
