@@ -20,6 +20,7 @@ SLOW_MODULES = (
     "tests/integration/test_launch_supervisor.py",
     "tests/integration/test_launch_task_secrets.py",
     "tests/unit/elastic/agent/test_agent_in_process.py",
+    "tests/unit/elastic/agent/test_agent_name_in_use.py",
     "tests/unit/elastic/tcp/test_rdzv_hostile.py",
     "tests/unit/elastic/tcp/test_rdzv_server.py",
     "tests/unit/elastic/tcp/test_rdzv_trust.py",

@@ -21,6 +21,7 @@ from tfdist.launch.elastic.agent import flight as flight_agent, machine_run
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
+from tfdist.launch.elastic.rendezvous.membership_join import NAME_IN_USE, join_retry
 from tfdist.cluster.placement import counts_text
 from tfdist.launch.elastic.agent.phases import AgentPhase
 from tfdist.launch.elastic.agent.spec import AgentSpec  # noqa: F401 - re-exported (its users import it here)
@@ -184,16 +185,28 @@ class Agent:
         join = dict(job=self.spec.job, name=self.spec.node_name or address, node_rank=self.spec.node_rank,
                     address=address, slots=self.spec.slots, versions=self.spec.versions,
                     roles=list(self.spec.node_roles), layout=counts_text(self.spec.roles))
+        refused_since: float | None = None  # the first of a run of refusals that may be tried again
         while True:
             self.link = self._open_link(rdzv_ip)
             try:
                 self.link.connect(join, deadline, give_up=lambda: self._signalled() is not None)
             except Refused as refused:
-                self.say(f"refused by the rendezvous: {refused.reason}")
-                return refused.status
+                now = time.monotonic()
+                refused_since = now if refused_since is None else refused_since
+                pause = join_retry(refused.reason, refused_since, now, self.spec.node_timeout, deadline)
+                if pause is None or self._signalled() is not None:
+                    self.say(f"refused by the rendezvous: {refused.reason}")
+                    return refused.status
+                if now == refused_since:
+                    self.say(f"refused for now: this name or address {NAME_IN_USE} (this machine's old connection?); "
+                             f"trying again for up to {2 * self.spec.node_timeout + 1:g}s")
+                self.link.close()
+                time.sleep(pause)
+                continue
             except TimeoutError as late:
                 self.say(f"{late} (--rdzv-timeout {self.spec.rdzv_timeout:g}s)")
                 return int(ExitStatus.TASK_FAILED)
+            refused_since = None
             self._enter(AgentPhase.WAITING)
             self.say(f"joined job {self.spec.job} at {self.link.where} as {address} with {self.spec.slots} worker(s)")
             self._ready(address)

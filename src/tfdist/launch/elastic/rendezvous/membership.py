@@ -13,6 +13,8 @@ Phases of the job::
 
 Rules (torchrun's, with Horovod's blacklist):
 
+- a join that takes a live member's name (or its address, unless both have names of their own) is refused and
+  evicts nobody (``membership_join.py``);
 - a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after, in arrival order);
   its tasks get global indices in that order, then by local index, so worker 0 (the chief) is on node rank 0;
 - a lost machine or a failed task stops the round; a machine waiting to join stops it gracefully (the tasks save
@@ -42,6 +44,7 @@ from tfdist.errors import UsageError
 from tfdist.launch.elastic.rendezvous.report import (  # noqa: F401 - KEPT_EVENTS re-exported
     KEPT_EVENTS, bounded as _bounded, closing_report,
 )
+from tfdist.launch.elastic.rendezvous.membership_join import join_refusal
 from tfdist.launch.elastic.rendezvous.round_roles import leader_rank, local_tasks, round_layout
 from tfdist.launch.elastic.rendezvous.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
@@ -90,30 +93,12 @@ class MembershipPolicy:
 
     # -- events --------------------------------------------------------------------------------------------------
     def on_join(self, node: Node, job: str) -> tuple[str, int] | None:
-        """Admit ``node``, or return (reason, exit status) to refuse it."""
+        """Admit ``node``, or return (reason, exit status) to refuse it (``membership_join.py``'s checks)."""
         if self.phase is Phase.DONE:
             return "the job is over", int(ExitStatus.USAGE)
-        if job != self.s.job:
-            return (f"job id {job[:64]!r} is not this rendezvous' job (pass the same --rdzv-id on every machine)",
-                    int(ExitStatus.USAGE))
-        if node.requested_rank is not None:
-            if not 0 <= node.requested_rank < self.s.max_nodes:
-                return (f"--node-rank {node.requested_rank} is outside 0..{self.s.max_nodes - 1} for --nnodes "
-                        f"max {self.s.max_nodes}", int(ExitStatus.USAGE))
-            twin = next((n for n in self.nodes.values() if n.requested_rank == node.requested_rank), None)
-            if twin is not None:
-                return (f"--node-rank {node.requested_rank} is already taken by {twin.label} (give every machine "
-                        "its own --node-rank)", int(ExitStatus.USAGE))
-        if len(self.nodes) >= self.s.max_nodes:
-            return (f"the job already has its maximum of {self.s.max_nodes} machines "
-                    f"({', '.join(n.label for n in self.nodes.values())})", int(ExitStatus.USAGE))
-        first = next(iter(self.nodes.values()), None)
-        if first is not None and first.versions and node.versions and first.versions != node.versions:
-            return ("version mismatch: " + "; ".join(f"{n.label}: {_versions(n.versions)}" for n in (first, node))
-                    + " (install the same versions on every machine)", int(ExitStatus.USAGE))
-        if first is not None and first.layout != node.layout:
-            return (f"roles differ: {first.label} has {_roles(first.layout)}, {node.label} has {_roles(node.layout)} "
-                    "(give every machine the same --chief/--ps/--evaluator)", int(ExitStatus.USAGE))
+        refusal = join_refusal(node, job, self.s, self.nodes.values())
+        if refusal is not None:
+            return refusal
         if node.label in self.lost:
             _bounded(self.returned, node.label)
         self.nodes[node.node_id] = node
@@ -389,10 +374,3 @@ class MembershipPolicy:
                               lost=self.lost, returned=self.returned, left_out=list(self.blacklist),
                               history=self.history, root_cause=self._round_failure)
 
-
-def _versions(versions: dict[str, str]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in sorted(versions.items()))
-
-
-def _roles(layout: str) -> str:
-    return layout.replace("ps=", "ps ") or "workers only"
