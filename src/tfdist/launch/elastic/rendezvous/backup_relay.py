@@ -6,8 +6,9 @@ tf-keras has only the chief (worker 0, on node rank 0) write the backup, so the 
 - a **newer** backup is believed only from the machine that held worker 0 in the last round (the one that can have
   written it), recognised by its connection or by its name, address and filesystem id together;
 - otherwise the backup last copied by this rendezvous stays the job's backup, whoever claims something newer;
-- before any round has run (a job started again over old backups) the round's node rank 0 decides, as it is the
-  one tf-keras would restore from on a shared directory.
+- before any round has run (a job started again over old backups) nobody is known to have written anything:
+  ``restore_point.py`` decides, by rules no single member can bend where the serving machine holds a backup or two
+  machines agree (else one machine's word is taken, and said to be unverified).
 
 A claim that is not believed is reported and ignored; the machine making it gets the trusted backup, and the copy
 keeps what it replaced (``chief.previous``), so no single member's word deletes the real backup anywhere.
@@ -23,6 +24,7 @@ import time
 from typing import Any, Callable
 
 from tfdist.launch.elastic.messages.fields import counter
+from tfdist.launch.elastic.rendezvous.restore_point import UNVERIFIED, Offer, first_restore_point
 from tfdist.launch.elastic.rendezvous.snapshot_plan import SnapshotCopyPlan, plan_snapshot_copy
 
 
@@ -45,11 +47,16 @@ class BackupRelay:
         self._snapshot: SnapshotCopyPlan | None = None
         self._snapshot_request: tuple[int, dict[str, Any]] | None = None  # sent after the backup's last chunk
 
-    def _believed(self, holders: list[Any], first: int, chief: tuple[int, str, str] | None) -> list[Any]:
+    def _believed(self, holders: list[Any], chief: tuple[int, str, str] | None) -> list[Any]:
         """The holders whose claim may be believed (see the module's rules); ``chief``: last round's worker 0."""
-        if chief is None and self.trusted is None:  # no round has run: node rank 0's backup, else the newest
-            rank0 = [n for n in holders if n.node_id == first]
-            return rank0 or holders
+        if chief is None and self.trusted is None:  # no round has run: restore_point.py's rules
+            point = first_restore_point([Offer(n.node_id, n.backup["name"], n.backup.get("files") or {},
+                                               bool(getattr(n, "here", False))) for n in holders])
+            believed = [n for n in holders if point is not None and n.node_id in point.holders]
+            if point is not None and point.rule == UNVERIFIED:
+                self._say(f"believing backup {point.name} offered by {believed[0].label} alone (unverified: before "
+                          "the first round any member could offer one)")
+            return believed
         believed = []
         for node in holders:
             wrote_it = chief is not None and (node.node_id == chief[0] or
@@ -73,7 +80,8 @@ class BackupRelay:
             f"not shared ({len(filesystems)} separate copies)"
         self._say(f"checkpoint directory: {mode}")
         holders = [n for n in with_manifest if n.backup.get("name")]
-        believed = self._believed(holders, first, chief)
+        first_round = chief is None and self.trusted is None
+        believed = self._believed(holders, chief)
         if not believed:
             return {}
         source = max(believed, key=lambda n: counter(n.backup["name"]))
@@ -81,8 +89,10 @@ class BackupRelay:
         self.trusted = {"name": best["name"], "files": best["files"]}
         for node in holders:
             if node not in believed and not _same(node.backup, best):
-                self._say(f"ignoring backup {node.backup['name']} offered by {node.label}: only the machine that "
-                          "held worker 0 in the last round writes new backups")
+                why = ("before the first round only the serving machine's backup, or one two machines hold, is "
+                       "believed") if first_round else "only the machine that held worker 0 in the last round writes "\
+                    "new backups"
+                self._say(f"ignoring backup {node.backup['name']} offered by {node.label}: {why}")
         have = {n.backup.get("fs") for n in holders if _same(n.backup, best)}
         needing = [n for n in members if not n.backup or n.backup.get("fs") not in have]
         if not needing:

@@ -64,6 +64,7 @@ class Node:
     ports: tuple[int, ...] = ()
     backup: dict[str, Any] | None = None
     snapshot: dict[str, Any] | None = None  # its newest complete in-memory snapshot (snapshot_plan.py)
+    here: bool = False  # the agent of the machine serving the rendezvous, joined in-process: nobody can pose as it
     in_round: bool = False
     training: bool = False
     outcome: Outcome | None = None

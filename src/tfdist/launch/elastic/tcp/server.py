@@ -147,6 +147,7 @@ class RendezvousServer:
         with self._lock:
             node = self.conductor.admit(node_id, join)
             if not isinstance(node, Refusal):
+                node.here = here  # the serving machine's own agent: its backup decides a first round (restore_point)
                 self._channels[node_id] = channel
                 self._last_seen[node_id] = time.monotonic()
         if isinstance(node, Refusal):
