@@ -83,3 +83,17 @@ def test_the_server_marks_its_own_agent_and_only_it():
         finally:
             link.close()
             remote.close()
+
+
+def test_without_node_ranks_the_serving_machine_holds_node_rank_0_whoever_arrived_first():
+    from tfdist.launch.elastic.rendezvous.membership import MembershipPolicy, Node, RendezvousSettings, StartRound
+
+    policy = MembershipPolicy(RendezvousSettings(job="j", min_nodes=3, max_nodes=3, first_round_wait=0.0), now=0.0)
+    for node_id, name, here in ((1, "stranger", False), (2, "other", False), (3, "server", True)):
+        node = Node(node_id, name, f"198.18.0.{node_id}", 1, here=here)
+        assert policy.on_join(node, "j") is None
+        policy.on_ready(node_id, (20000,), None)
+    (start,) = policy.tick(1.0)
+    assert isinstance(start, StartRound)
+    assert [(a.node_id, a.node_rank) for a in start.assignments] == [(3, 0), (1, 1), (2, 2)]
+    assert start.workers[0] == "198.18.0.3:20000"  # worker 0, whose backups are believed from now on

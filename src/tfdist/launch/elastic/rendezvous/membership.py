@@ -15,7 +15,8 @@ Rules (torchrun's, with Horovod's blacklist):
 
 - a join that takes a live member's name (or its address, unless both have names of their own) is refused and
   evicts nobody (``membership_join.py``);
-- a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after, in arrival order);
+- a round takes up to MAX ready machines, ordered by ``--node-rank`` (machines without one after: the serving
+  machine's own agent first, then in arrival order);
   its tasks get global indices in that order, then by local index, so worker 0 (the chief) is on node rank 0;
 - a lost machine or a failed task stops the round; a machine waiting to join stops it gracefully (the tasks save
   at the current step: the preemption path) once every machine of the round trains;
@@ -308,8 +309,10 @@ class MembershipPolicy:
         return [n for n in self.nodes.values() if n.ready and self.blacklist.get(n.label, 0.0) <= now]
 
     @staticmethod
-    def _order(node: Node) -> tuple[bool, int, int]:
-        return (node.requested_rank is None, node.requested_rank or 0, node.node_id)
+    def _order(node: Node) -> tuple[bool, int, bool, int]:
+        # Without --node-rank the serving machine's own agent comes first, then arrival: node rank 0 holds worker 0,
+        # whose backups are believed, and arriving first must not win a stranger that seat (restore_point.py).
+        return (node.requested_rank is None, node.requested_rank or 0, not node.here, node.node_id)
 
     def _rank(self, node: Node) -> int:
         """Its node rank in this round (as started; else, in a round adopted from another coordinator, by order)."""
