@@ -40,10 +40,11 @@ _OPTIONS = [
     option("--rdzv-secret-file", help="With --rdzv-endpoint: the job secret (a file only you can read, the same on "
            "every machine; make one with `python -m tfdist.launch.elastic.secret PATH`). Only machines holding it "
            "can join."),
-    option("--rdzv-insecure", is_flag=True, help="With --rdzv-endpoint: no job secret; anyone who can reach the "
-           "endpoint can join or disturb the job. Only on a network you trust."),
+    option("--rdzv-insecure", is_flag=True, help="With --rdzv-endpoint: no job secret (with --rdzv-secret-file: "
+           "take one that is not random); anyone who can reach the endpoint can join or disturb the job. Only on a "
+           "network you trust; set by tfdist.toml or the environment, it is honoured with a warning."),
     option("--node-rank", type=click.IntRange(0, 9999), help="This machine's rank (0 holds worker 0, the chief); "
-           "default: order of arrival."),
+           "default: the machine serving the rendezvous, then order of arrival."),
     option("--node-address", help="Address the other machines reach this one at (default: the address on the "
            "route to the rendezvous host)."),
     option("--node-name", help="Name of this machine in reports (default: its address)."),
