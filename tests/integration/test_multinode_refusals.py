@@ -92,6 +92,8 @@ def test_hosts_that_cannot_reach_each_other_are_named(tmp_path):
 @pytest.mark.parametrize("second, message", [
     (["--rdzv-id", "another-job"], "job id 'another-job' is not this rendezvous' job"),
     (["--node-rank", "0"], "--node-rank 0 is already taken by 198.18.0.1"),
+    # a live machine's name (its address, no --node-name of its own): refused after a short retry, never evicted
+    (["--node-name", "198.18.0.1"], "the name '198.18.0.1' is in use by a live member (198.18.0.1)"),
     (["--other-secret"], "198.18.0.1:29400 did not prove this job's secret"),
 ])
 def test_the_rendezvous_refuses_a_wrong_job_or_a_taken_rank(tmp_path, second, message):
