@@ -97,3 +97,11 @@ def test_without_node_ranks_the_serving_machine_holds_node_rank_0_whoever_arrive
     assert isinstance(start, StartRound)
     assert [(a.node_id, a.node_rank) for a in start.assignments] == [(3, 0), (1, 1), (2, 2)]
     assert start.workers[0] == "198.18.0.3:20000"  # worker 0, whose backups are believed from now on
+
+
+def test_a_one_machine_job_restores_its_own_backup_without_a_word_about_trust():
+    said: list[str] = []
+    relay = BackupRelay(lambda *a, **k: True, said.append)
+    assert relay.plan({1: _node(1, "ckpt-7", "own")}, _round(1)) == {}  # nobody to copy to
+    assert relay.trusted == {"name": "ckpt-7", "files": {"checkpoint": "own"}}
+    assert not any("unverified" in line or "ignoring" in line for line in said), said

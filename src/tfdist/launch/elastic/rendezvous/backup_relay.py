@@ -28,6 +28,10 @@ from tfdist.launch.elastic.rendezvous.restore_point import UNVERIFIED, Offer, fi
 from tfdist.launch.elastic.rendezvous.snapshot_plan import SnapshotCopyPlan, plan_snapshot_copy
 
 
+_FIRST_ROUND_RULE = "before the first round only the serving machine's backup, or one two machines hold, is believed"
+_LATER_RULE = "only the machine that held worker 0 in the last round writes new backups"
+
+
 def _same(one: dict[str, Any] | None, two: dict[str, Any] | None) -> bool:
     return bool(one and two) and one.get("name") == two.get("name") and one.get("files") == two.get("files")
 
@@ -47,23 +51,22 @@ class BackupRelay:
         self._snapshot: SnapshotCopyPlan | None = None
         self._snapshot_request: tuple[int, dict[str, Any]] | None = None  # sent after the backup's last chunk
 
-    def _believed(self, holders: list[Any], chief: tuple[int, str, str] | None) -> list[Any]:
-        """The holders whose claim may be believed (see the module's rules); ``chief``: last round's worker 0."""
+    def _believed(self, holders: list[Any], chief: tuple[int, str, str] | None) -> tuple[list[Any], str]:
+        """The holders whose claim may be believed (see the module's rules), and the first round's rule that chose
+        them (``""`` after a round ran); ``chief``: last round's worker 0."""
         if chief is None and self.trusted is None:  # no round has run: restore_point.py's rules
             point = first_restore_point([Offer(n.node_id, n.backup["name"], n.backup.get("files") or {},
                                                bool(getattr(n, "here", False))) for n in holders])
-            believed = [n for n in holders if point is not None and n.node_id in point.holders]
-            if point is not None and point.rule == UNVERIFIED:
-                self._say(f"believing backup {point.name} offered by {believed[0].label} alone (unverified: before "
-                          "the first round any member could offer one)")
-            return believed
+            if point is None:
+                return [], ""
+            return [n for n in holders if n.node_id in point.holders], point.rule
         believed = []
         for node in holders:
             wrote_it = chief is not None and (node.node_id == chief[0] or
                                               (node.label == chief[1] and node.backup.get("fs") == chief[2]))
             if wrote_it or _same(node.backup, self.trusted):
                 believed.append(node)
-        return believed
+        return believed, ""
 
     def plan(self, nodes: dict[int, Any], action: Any) -> dict[int, dict[str, Any]]:
         """``{node_id: restore}`` for the round's machines that lack the trusted newest backup."""
@@ -80,8 +83,7 @@ class BackupRelay:
             f"not shared ({len(filesystems)} separate copies)"
         self._say(f"checkpoint directory: {mode}")
         holders = [n for n in with_manifest if n.backup.get("name")]
-        first_round = chief is None and self.trusted is None
-        believed = self._believed(holders, chief)
+        believed, first_rule = self._believed(holders, chief)
         if not believed:
             return {}
         source = max(believed, key=lambda n: counter(n.backup["name"]))
@@ -89,14 +91,15 @@ class BackupRelay:
         self.trusted = {"name": best["name"], "files": best["files"]}
         for node in holders:
             if node not in believed and not _same(node.backup, best):
-                why = ("before the first round only the serving machine's backup, or one two machines hold, is "
-                       "believed") if first_round else "only the machine that held worker 0 in the last round writes "\
-                    "new backups"
-                self._say(f"ignoring backup {node.backup['name']} offered by {node.label}: {why}")
+                self._say(f"ignoring backup {node.backup['name']} offered by {node.label}: "
+                          f"{_FIRST_ROUND_RULE if first_rule else _LATER_RULE}")
         have = {n.backup.get("fs") for n in holders if _same(n.backup, best)}
         needing = [n for n in members if not n.backup or n.backup.get("fs") not in have]
         if not needing:
             return {}
+        if first_rule == UNVERIFIED:
+            self._say(f"believing backup {best['name']} offered by {source.label} alone (unverified: before the "
+                      "first round any member could offer one)")
         self._targets = {source.node_id: [n.node_id for n in needing]}
         self._files = set(best["files"])
         self._say(f"copying backup {best['name']} from {source.label} to {', '.join(n.label for n in needing)}")
