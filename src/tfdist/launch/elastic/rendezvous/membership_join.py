@@ -8,8 +8,8 @@ itself, so a join that takes the name of a **live** member is refused, and never
 secret cannot push an honest machine out or borrow its standing. The same holds for an address that a live member
 uses, unless both machines have names of their own (``--node-name``: two agents on one machine). A machine whose
 old connection is already lost rejoins under its name as before; one whose old connection the rendezvous has not yet
-dropped (it drops a silent member within ``--node-timeout``) is told :data:`NAME_IN_USE`, which its agent retries
-for a while (``agent.join_retry``).
+dropped (it drops a silent member within ``--node-timeout``) is told :data:`NAME_IN_USE`, which its agent tries
+again for a while (:func:`join_retry`, here with the fact it depends on).
 """
 from __future__ import annotations
 
