@@ -122,7 +122,8 @@ def test_the_reader_ends_without_reading_when_the_server_closes_instead_of_welco
 
 @contextlib.contextmanager
 def _held_channel() -> Iterator[tuple[wire.Channel, socket.socket, auth.Session]]:
-    """An agent's held channel with keep-alives, the server's end of its socket and the server's session; closed after."""
+    """An agent's held channel with keep-alives, the server's end of its socket and the server's session (fresh
+    keys, as ``join_here`` gives); closed after."""
     mine, theirs = socket.socketpair()
     agent, server = auth.pair_sessions()
     channel = wire.Channel(mine, agent, send_timeout=5.0, keepalive=60.0, held=True)

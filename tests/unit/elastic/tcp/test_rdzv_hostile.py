@@ -57,8 +57,8 @@ def replayed_handshake(server):
 
     answering = threading.Thread(target=lambda: server_handshake(server_end, SECRET))
     answering.start()
-    auth.agent_handshake(Tap(), SECRET, first=M.encode(M.Join(job=JOB, name="replayed", address="127.0.0.9",  # type: ignore[arg-type]
-                                                                slots=1, versions=dict(VERSIONS))))
+    join = M.encode(M.Join(job=JOB, name="replayed", address="127.0.0.9", slots=1, versions=dict(VERSIONS)))
+    auth.agent_handshake(Tap(), SECRET, first=join)  # type: ignore[arg-type]
     answering.join()
     agent_end.close()
     server_end.close()

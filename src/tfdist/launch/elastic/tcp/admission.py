@@ -2,10 +2,10 @@
 
 Why one thread with a selector and not one thread per connection: a thread start costs about 0.1 ms and each leg of
 a handshake served by its own thread is one more wake-up; on the join's path that was most of what authentication
-added to a join. Here the accept, the Noise handshake (``auth.py``), the agent's proof and its join are read and answered by the one
-``rdzv-accept`` thread as the bytes arrive, never waiting on any one peer (non-blocking sockets, reads of at most
-what the current step needs); the server then welcomes the member and only after that starts the member's own
-thread (``server.py``).
+added to a join. Here the accept, the Noise handshake (``auth.py``), the agent's proof and its join are read and
+answered by the one ``rdzv-accept`` thread as the bytes arrive, never waiting on any one peer (non-blocking sockets,
+reads of at most what the current step needs); the server then welcomes the member and only after that starts the
+member's own thread (``server.py``).
 
 Fair at scale (issue 33: a thousand machines arrive in the same second, and strangers are about). An unauthenticated
 connection is in one of two stages:
@@ -295,6 +295,7 @@ class Admission:
             shake.step, shake.need = _PROOF, auth.HEADER  # the join's encrypted length: the agent's proof
             shake.buffer.clear()
             self._challenge(shake)
+            auth.make_spares(server=True)  # the next handshake's key, while this agent works out its join
             return True  # the proof comes only after the agent read the answer: no read that must fail now
         assert shake.session is not None
         if shake.step == _PROOF:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import threading
 import time
 from typing import Callable
 
@@ -169,13 +170,52 @@ class Session:
         return self.open_body(length, receive(body_size(length))) if length else b""
 
 
+class _Spares:
+    """The next handshake's ephemeral key, made ahead while this one waits on the network (the agent for the
+    server's answer, the server for the agent's join), so that X25519 key generation is off the join's path.
+    Each is used by one handshake only and never across a fork (a child would share its parent's key)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[str, tuple[int, object]] = {}
+
+    def take(self, kind: str, make: Callable[[], object]) -> object:
+        with self._lock:
+            pid, made = self._made.pop(kind, (0, None))
+        return made if made is not None and pid == os.getpid() else make()
+
+    def refill(self, kind: str, make: Callable[[], object]) -> None:
+        with self._lock:
+            if self._made.get(kind, (0,))[0] == os.getpid():
+                return
+        made = make()
+        with self._lock:
+            self._made[kind] = (os.getpid(), made)
+
+
+_SPARES = _Spares()
+
+
+def _written_hello() -> tuple[noise.Initiator, bytes]:
+    initiator = noise.Initiator(_START)  # message 1 uses no psk: it can be written before the secret is known
+    return initiator, MAGIC + initiator.write_e()
+
+
+def make_spares(server: bool) -> None:
+    """Make the next handshake's ephemeral key now (call it while waiting on the peer)."""
+    if server:
+        _SPARES.refill("server", noise.new_ephemeral)
+    else:
+        _SPARES.refill("agent", _written_hello)
+
+
 class AgentHandshake:
     """The agent's half of the handshake as bytes: :attr:`hello` out, then :meth:`finish` with the server's
     :data:`ANSWER` (``agent_handshake`` drives it over a socket; tests send its bytes in pieces of their own)."""
 
     def __init__(self, secret: bytes) -> None:
-        self._initiator = noise.Initiator(_START, wire_key(secret))
-        self.hello = MAGIC + self._initiator.write_e()
+        self._initiator, self.hello = _SPARES.take("agent", _written_hello)  # type: ignore[misc]
+        self._initiator.psk = wire_key(secret)
 
     def finish(self, answer: bytes) -> Session:
         """The session, once ``answer`` proved the secret. Raises AuthError."""
@@ -197,6 +237,7 @@ def agent_handshake(sock: socket.socket, secret: bytes, timeout: float = HANDSHA
     deadline = time.monotonic() + timeout
     handshake = AgentHandshake(secret)
     _send_before(sock, handshake.hello, deadline)
+    make_spares(server=False)  # while the server answers
     head = receive_exactly(sock, len(BUSY), deadline)
     if head == BUSY:
         raise Busy("the rendezvous is busy (no room for another handshake now)")
@@ -226,7 +267,8 @@ def answer_hello(secret: bytes, hello: bytes) -> tuple[bytes, Session]:
     ``hello`` is not a tfdist agent's of this protocol version."""
     if not is_hello(hello):
         raise AuthError("not a tfdist agent (of this version)")
-    responder = noise.Responder(_START, wire_key(secret))
+    ephemeral = _SPARES.take("server", noise.new_ephemeral)
+    responder = noise.Responder(_START, wire_key(secret), ephemeral)  # type: ignore[arg-type]
     try:
         responder.read_e(hello[len(MAGIC):])
         answer, (send, receive) = responder.write_response()

@@ -140,6 +140,10 @@ class SymmetricState:
         return CipherState(temp_k1), CipherState(temp_k2)
 
 
+def new_ephemeral() -> X25519PrivateKey:
+    return X25519PrivateKey.generate()
+
+
 def _dh(private: X25519PrivateKey, public: bytes) -> bytes:
     try:
         return private.exchange(X25519PublicKey.from_public_bytes(public))
@@ -149,10 +153,11 @@ def _dh(private: X25519PrivateKey, public: bytes) -> bytes:
 
 class Initiator:
     """NNpsk2's initiator: :meth:`write_e` (message 1), then :meth:`read_response` (message 2) gives the
-    CipherStates (send, receive). ``start``: :meth:`SymmetricState.initialized` for the prologue."""
+    CipherStates (send, receive). ``start``: :meth:`SymmetricState.initialized` for the prologue. ``psk`` is
+    first used by message 2, so it may be set (:attr:`psk`) after message 1 was written."""
 
-    def __init__(self, start: SymmetricState, psk: bytes, ephemeral: X25519PrivateKey | None = None) -> None:
-        self._state, self._psk = start.copy(), psk
+    def __init__(self, start: SymmetricState, psk: bytes = b"", ephemeral: X25519PrivateKey | None = None) -> None:
+        self._state, self.psk = start.copy(), psk
         self._e = ephemeral or X25519PrivateKey.generate()
 
     def write_e(self, payload: bytes = b"") -> bytes:
@@ -169,7 +174,9 @@ class Initiator:
         self._state.mix_hash(remote_e)
         self._state.mix_key(remote_e)
         self._state.mix_key(_dh(self._e, remote_e))  # ee
-        self._state.mix_key_and_hash(self._psk)  # psk
+        if len(self.psk) != 32:
+            raise NoiseError("no 32-byte psk")
+        self._state.mix_key_and_hash(self.psk)  # psk
         payload = self._state.decrypt_and_hash(message[DHLEN:])
         return payload, self._state.split()
 
