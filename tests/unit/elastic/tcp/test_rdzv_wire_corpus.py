@@ -274,3 +274,23 @@ def test_a_hello_cut_short_at_every_byte_is_closed_without_a_word():
             sock.close()
         wait_until(lambda: not server._pending, what="every slot freed")
         assert server.policy.nodes == {}
+
+
+# -- ephemeral keys made ahead -------------------------------------------------------------------------------------
+def test_no_two_handshakes_share_an_ephemeral_key_though_keys_are_made_ahead():
+    seen: set[bytes] = set()
+    for _ in range(40):
+        agent = auth.AgentHandshake(SECRET)
+        auth.make_spares(server=False)
+        answer, _ = auth.answer_hello(SECRET, agent.hello)
+        auth.make_spares(server=True)
+        agent.finish(answer)
+        seen |= {agent.hello[len(auth.MAGIC): len(auth.MAGIC) + 32], answer[:32]}
+    assert len(seen) == 80
+
+
+def test_a_key_made_ahead_is_never_used_by_a_forked_child(monkeypatch):
+    auth.make_spares(server=False)
+    ahead = auth._SPARES._made["agent"][1][1]  # the hello made ahead
+    monkeypatch.setattr(auth.os, "getpid", lambda: -1)  # as in a child after fork
+    assert auth.AgentHandshake(SECRET).hello != ahead
