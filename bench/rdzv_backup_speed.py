@@ -7,7 +7,8 @@ One worker process per tree (that tree's sources first on the path) holds the tw
 runs in a second process of the same tree, as it would on another machine. Each copy has its own server (made
 before the clock starts); the figure is checkpoint bytes received and decoded per second, from the first chunk
 sent to the last one decoded, both hops (agent -> server -> agent). The trees take turns, and the ratio is the
-median of the per-turn ratios (the machine is shared and noisy). Goal: >= 200 MB/s.
+median of the per-turn ratios (the machine is shared and noisy). Goal: >= 200 MB/s. Also shown: the wire alone (the
+same frames sealed, sent over a socket pair and opened, no JSON or base64), which is the part the encryption changed.
 
     python bench/rdzv_backup_speed.py [--turns 7] [--mib 64] [--baseline REV | --baseline-tree DIR]
 """
@@ -27,7 +28,7 @@ from _common import PYTHON, REPO, load, median, median_ratio  # noqa: E402
 BASELINE = "b8095d3"
 
 WORKER = r"""
-import base64, hashlib, json, os, subprocess, sys, threading, time
+import base64, hashlib, json, os, socket, subprocess, sys, threading, time
 from tfdist.launch.elastic.tcp.server import RendezvousServer
 from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings as Settings
 from tfdist.launch.elastic.tcp.client import RendezvousLink
@@ -87,9 +88,38 @@ def copy(mib):
     other.stdin.write("done\n"); other.stdin.flush()
     return len(data) / elapsed / 1e6
 
+def wire_alone(mib):
+    # The wire's own part: the chief's frames (a 256 KiB chunk's message, ~350 KB) sealed, sent over a socket pair
+    # and opened, with no JSON or base64: what the encryption changed.
+    from tfdist.launch.elastic.tcp import auth
+    try:
+        sender, reader = auth.pair_sessions()
+    except TypeError:  # the HMAC wire's pair_sessions took the secret
+        sender, reader = auth.pair_sessions(SECRET)
+    payload = os.urandom(349606)  # M.encode of a file message of FILE_CHUNK bytes
+    count = max(1, (mib << 20) // FILE_CHUNK)
+    mine, theirs = socket.socketpair()
+    def send():
+        for _ in range(count):
+            mine.sendall(sender.seal(payload))
+    def receive(n):
+        data = bytearray(n)
+        view, have = memoryview(data), 0
+        while have < n:
+            have += theirs.recv_into(view[have:])
+        return bytes(data)
+    started = time.perf_counter()
+    threading.Thread(target=send, daemon=True).start()
+    for _ in range(count):
+        assert len(reader.read_frame(receive)) == len(payload)
+    elapsed = time.perf_counter() - started
+    mine.close(); theirs.close()
+    return count * FILE_CHUNK / elapsed / 1e6
+
 print("ready", flush=True)
 for line in sys.stdin:
-    print(json.dumps(copy(int(line.split()[1]))), flush=True)
+    what, mib = line.split()
+    print(json.dumps(copy(int(mib)) if what == "copy" else wire_alone(int(mib))), flush=True)
 other.stdin.close()
 other.wait(timeout=30)
 """
@@ -140,6 +170,7 @@ def main() -> int:
         workers = {"baseline": Worker(baseline_src(args.baseline_tree, args.baseline, Path(scratch))),
                    "noise": Worker(REPO)}
         seen: dict[str, list[float]] = {name: [] for name in workers}
+        alone: dict[str, list[float]] = {name: [] for name in workers}
         try:
             for worker in workers.values():  # warm-up, not counted
                 worker.ask("copy 4")
@@ -147,7 +178,9 @@ def main() -> int:
                 order = list(workers.items()) if turn % 2 == 0 else list(reversed(workers.items()))
                 for name, worker in order:
                     seen[name].append(worker.ask(f"copy {args.mib}"))
-                print(f"  turn {turn + 1}: baseline {seen['baseline'][-1]:.0f} MB/s, noise {seen['noise'][-1]:.0f} MB/s",
+                    alone[name].append(worker.ask(f"wire {args.mib}"))
+                print(f"  turn {turn + 1}: copy baseline {seen['baseline'][-1]:.0f} MB/s, noise {seen['noise'][-1]:.0f} "
+                      f"MB/s; the wire alone baseline {alone['baseline'][-1]:.0f} MB/s, noise {alone['noise'][-1]:.0f} MB/s",
                       flush=True)
         finally:
             for worker in workers.values():
@@ -155,6 +188,9 @@ def main() -> int:
     print(f"backup copy over loopback, {args.mib} MiB x {args.turns} per tree: baseline (HMAC wire) "
           f"{median(seen['baseline']):.0f} MB/s, noise {median(seen['noise']):.0f} MB/s, median ratio "
           f"{median_ratio(seen['noise'], seen['baseline']):.3f} (goal: >= 200 MB/s); load after: {load()}")
+    print(f"the wire alone (frames of a chunk's message sealed, sent over a socket pair, opened; checkpoint MB/s): "
+          f"baseline {median(alone['baseline']):.0f} MB/s, noise {median(alone['noise']):.0f} MB/s, median ratio "
+          f"{median_ratio(alone['noise'], alone['baseline']):.3f}")
     return 0
 
 
