@@ -1,13 +1,16 @@
 """Who may talk to a rendezvous, and what the path sees: the Noise handshake ``Noise_NNpsk2_25519_AESGCM_SHA256``
 on a subkey of the job secret, then every frame encrypted and authenticated.
 
-Why Noise and not TLS: membership is what the job secret proves, and nothing else (no certificates to make, hand
-out, pin and expire). TLS on a pre-shared key is in Python's ``ssl`` only from 3.13 (``set_psk_*_callback``),
-tfdist supports 3.10 on, and under TLS 1.3 a PSK is merely offered, with certificates as the fallback. Noise's
-NNpsk2 (Noise Protocol Framework rev 34, §7 and §9; the pattern WireGuard's handshake grew from) is a published,
-analysed construction whose every step is written out; :mod:`tfdist.launch.elastic.tcp.noise` transcribes it onto
-``cryptography``'s X25519 and AES-256-GCM and is checked against the published test vectors. It gives: only
-holders of the secret get in, both ways; forward secrecy (fresh X25519 keys per connection, thrown away with it:
+Why Noise and not TLS: membership is what the job secret proves, and nothing else. TLS with a per-job certificate,
+pinned by both sides (Dask's ``Security.temporary()``), adds a second credential to make, carry in the job's
+credential file and pin; TLS on a pre-shared key is in Python's ``ssl`` only from 3.13 (``set_psk_*_callback``)
+while tfdist supports 3.10 on, and under TLS 1.3 a PSK sits beside certificates (a side may fall back to them)
+rather than replacing them. Noise's NNpsk2 (Noise Protocol Framework rev 34, §7 and §9; the same psk2 modifier as
+WireGuard's Noise_IKpsk2) needs nothing but the secret, and is a published construction, specified step by step and
+implemented widely (snow, cacophony, noise-c), not a design of ours: :mod:`tfdist.launch.elastic.tcp.noise`
+transcribes it onto ``cryptography``'s X25519 and AES-256-GCM, checked against the published test vector.
+
+It gives: only holders of the secret get in, both ways; forward secrecy (fresh X25519 keys per connection, thrown away with it:
 the secret, learned later, does not open a recorded session); nobody on the path reads a frame (job id, names,
 addresses, checkpoint bytes) or injects, changes, replays, reorders or drops one unnoticed. It does not hide that
 a rendezvous runs, who talks to it, when, and how many bytes (see the trust model in docs/trust.md).
