@@ -15,8 +15,11 @@ import threading
 import time
 import types
 
-from tests.unit.elastic.tcp.rdzv_peer import Peer, live_server, wait_until
+import pytest
+
+from tests.unit.elastic.tcp.rdzv_peer import SECRET, Peer, live_server, wait_until
 from tfdist.launch.elastic.messages import protocol as M
+from tfdist.launch.elastic.tcp import auth
 
 JOB = "passive-reader-job-5c1e"
 NAMES = ("machine-alpha-7d2f", "machine-beta-81c0")
@@ -79,12 +82,15 @@ def _backup(name: str, data: bytes) -> M.Backup:
                     {f: len(d) for f, d in files.items()})
 
 
-def test_a_reader_of_every_byte_learns_no_job_id_no_name_and_no_checkpoint_byte():
-    with live_server(job=JOB, min_nodes=2, max_nodes=2, node_timeout=30.0) as server:
+@pytest.mark.parametrize("secret", [SECRET, auth.INSECURE_SECRET], ids=["secret", "rdzv-insecure"])
+def test_a_reader_of_every_byte_learns_no_job_id_no_name_and_no_checkpoint_byte(secret):
+    """--rdzv-insecure too: its well-known key authenticates nobody, but the one code path still hides the traffic
+    from a reader who only reads."""
+    with live_server(secret=secret, job=JOB, min_nodes=2, max_nodes=2, node_timeout=30.0) as server:
         proxy = RecordingProxy(server.address[:2])
         via = types.SimpleNamespace(address=proxy.address)  # the peers dial the proxy
         try:
-            chief, other = Peer(via), Peer(via)  # type: ignore[arg-type]
+            chief, other = Peer(via, secret), Peer(via, secret)  # type: ignore[arg-type]
             for peer, rank, name in ((chief, 0, NAMES[0]), (other, 1, NAMES[1])):
                 assert isinstance(peer.join(name, job=JOB, rank=rank, address="127.0.0.1"), M.Welcome)
             chief.send(M.Ready(ports=[23456], backup=_backup("ckpt-7", CHECKPOINT)))
