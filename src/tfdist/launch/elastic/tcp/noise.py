@@ -59,15 +59,21 @@ def public_bytes(key: X25519PrivateKey) -> bytes:
 class CipherState:
     """§5.1: a key and a 64-bit counter; AESGCM's nonce is 32 zero bits then the counter big-endian (§12.3)."""
 
-    __slots__ = ("_aead", "n")
+    __slots__ = ("_key", "_cipher", "n")
 
     def __init__(self, key: bytes | None = None) -> None:
-        self._aead = None if key is None else AESGCM(key)
-        self.n = 0
+        self._key, self._cipher = key, None  # the AES context is made at first use: half the handshake's keys
+        self.n = 0  # are replaced before they encrypt anything
 
     @property
     def has_key(self) -> bool:
-        return self._aead is not None
+        return self._key is not None
+
+    @property
+    def _aead(self) -> AESGCM | None:
+        if self._cipher is None and self._key is not None:
+            self._cipher = AESGCM(self._key)
+        return self._cipher
 
     def _nonce(self) -> bytes:
         if self.n >= MAX_NONCE:
@@ -75,17 +81,19 @@ class CipherState:
         return b"\0\0\0\0" + self.n.to_bytes(8, "big")
 
     def encrypt_with_ad(self, ad: bytes, plaintext: bytes) -> bytes:
-        if self._aead is None:
+        aead = self._aead
+        if aead is None:
             return plaintext
-        sealed = self._aead.encrypt(self._nonce(), plaintext, ad or None)
+        sealed = aead.encrypt(self._nonce(), plaintext, ad or None)
         self.n += 1
         return sealed
 
     def decrypt_with_ad(self, ad: bytes, ciphertext: bytes) -> bytes:
-        if self._aead is None:
+        aead = self._aead
+        if aead is None:
             return ciphertext
         try:
-            opened = self._aead.decrypt(self._nonce(), ciphertext, ad or None)
+            opened = aead.decrypt(self._nonce(), ciphertext, ad or None)
         except InvalidTag:
             raise NoiseError("a message failed its authentication tag") from None
         self.n += 1  # only after it decrypted (§5.1: a failed message does not use up the nonce)
