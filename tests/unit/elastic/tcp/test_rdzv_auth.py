@@ -115,7 +115,7 @@ def test_a_recorded_handshake_replayed_to_a_new_connection_fails():
 def test_wrong_magic_is_refused():
     stranger, server_sock = _pair()
     thread, result = _run_server(server_sock, SECRET)
-    stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 20)
+    stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".ljust(auth.HELLO, b"\0"))  # a whole hello's worth
     thread.join()
     assert isinstance(result["error"], auth.AuthError)
     server_sock.close()  # what the server's caller does
