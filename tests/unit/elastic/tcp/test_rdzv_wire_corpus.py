@@ -294,3 +294,22 @@ def test_a_key_made_ahead_is_never_used_by_a_forked_child(monkeypatch):
     ahead = auth._SPARES._made["agent"][1][1]  # the hello made ahead
     monkeypatch.setattr(auth.os, "getpid", lambda: -1)  # as in a child after fork
     assert auth.AgentHandshake(SECRET).hello != ahead
+
+
+def test_a_busy_rendezvous_spends_no_diffie_hellman_on_a_newcomer(monkeypatch):
+    monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)
+    answered: list[int] = []
+    real = auth.answer_hello
+    monkeypatch.setattr(auth, "answer_hello", lambda secret, hello: answered.append(1) or real(secret, hello))
+    with live_server() as server:
+        server._admission.room = 1
+        holder = stranger(server)
+        holder.sendall(auth.AgentHandshake(SECRET).hello)
+        assert len(auth.receive_exactly(holder, auth.ANSWER, time.monotonic() + 5)) == auth.ANSWER  # holds the slot
+        newcomer = stranger(server, "127.0.0.4")
+        newcomer.sendall(auth.AgentHandshake(SECRET).hello)
+        newcomer.settimeout(5)
+        assert newcomer.recv(64) == auth.BUSY
+        assert answered == [1]  # the holder's hello only
+        for sock in (holder, newcomer):
+            sock.close()
