@@ -1,5 +1,6 @@
-"""What the authenticated rendezvous costs: the handshake (connect to welcome) and a machine's join to its first
-round, against the rendezvous before it (commit BASELINE, c69331f), in the same run.
+"""What the encrypted rendezvous costs: the handshake (connect to welcome) and a machine's join to its first round,
+against the rendezvous before it (commit BASELINE: b8095d3, the HMAC wire of issue 20, authenticated but in the
+clear; ``--baseline c69331f`` for the rendezvous before any authentication), in the same run.
 
 One long-lived process per tree (that tree's sources first on the path, its own servers and agent-side links on
 loopback); connect to welcome is measured against a server in the agent's own process (the machine that serves
@@ -15,7 +16,7 @@ there), the load average before and after, and a floor: a plain TCP connect plus
 thread-per-connection echo server in the same process (the authenticated join needs one round trip more than the
 plain one).
 
-    python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline-tree DIR]
+    python bench/rdzv_trust.py [--turns 15] [--joins 40] [--starts 4] [--baseline REV | --baseline-tree DIR]
 
 Without ``--baseline-tree`` the baseline's ``src`` is taken from git (``git archive BASELINE src``) into a temporary
 folder, removed afterwards.
@@ -33,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PYTHON, REPO, median, median_ratio  # noqa: E402
 
-BASELINE = "c69331f"
+BASELINE = "b8095d3"  # main before issue 34: mutual HMAC challenge-response, HMAC-SHA256 per frame
 
 # One tree's worker: reads commands ("joins N", "starts M", "floor N K") on stdin, answers each with one JSON line
 # (median milliseconds). Joins go to one server kept for the whole run; each job start has its own server.
@@ -205,12 +206,15 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def baseline_src(tree: Path | None, scratch: Path) -> Path:
+SERVER_MODULES = ("elastic/tcp/server.py", "elastic/server.py", "rdzv_server.py")  # today's, issue 32's, older
+
+
+def baseline_src(tree: Path | None, revision: str, scratch: Path) -> Path:
     if tree is not None:
-        if not (tree / "src" / "tfdist" / "launch" / "rdzv_server.py").exists():
-            raise SystemExit(f"--baseline-tree {tree}: no src/tfdist/launch/rdzv_server.py there (a tree of {BASELINE})")
+        if not any((tree / "src" / "tfdist" / "launch" / module).exists() for module in SERVER_MODULES):
+            raise SystemExit(f"--baseline-tree {tree}: no rendezvous server under src/tfdist/launch there")
         return tree
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE, "src"], capture_output=True, check=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "src"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
     return scratch
 
@@ -220,11 +224,13 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=15, help="turns per tree (each a batch of joins and starts)")
     parser.add_argument("--joins", type=int, default=40, help="joins per turn")
     parser.add_argument("--starts", type=int, default=4, help="two-machine job starts per turn")
-    parser.add_argument("--baseline-tree", type=Path, default=None, help=f"a checkout of {BASELINE} (default: git)")
+    parser.add_argument("--baseline", default=BASELINE, help=f"the revision to compare with (default {BASELINE})")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="a checkout to compare with instead (e.g. /work/main), not taken from git")
     args = parser.parse_args()
     print(f"load average before: {load()} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
-        trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "trust": REPO}
+        trees = {"baseline": baseline_src(args.baseline_tree, args.baseline, Path(scratch)), "trust": REPO}
         workers = {name: Worker(tree) for name, tree in trees.items()}
         seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "tjoins": [], "rjoins": [], "fjoins": [], "starts": [],
                                                            "floor1": [], "floor2": [],

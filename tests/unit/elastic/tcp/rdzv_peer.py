@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import hmac
 import socket
 import time
 from typing import Iterator
@@ -183,25 +182,14 @@ def exact_reader(sock: socket.socket):
 
 
 def server_handshake(sock: socket.socket, secret: bytes, timeout: float = auth.HANDSHAKE_S, *,
-                     challenged: tuple[bytes, bytes] | None = None, deadline: float | None = None) -> auth.Session:
+                     deadline: float | None = None) -> auth.Session:
     """The server's side, blocking (the rendezvous serves it on its accept loop, ``admission.py``; tests serve a
-    single peer with this). Raises auth.AuthError (wrong magic, wrong proof, too slow) or OSError; sends no reason.
-
-    ``challenged``: the nonces when the hello was already answered (the handshake goes on with the
-    agent's proof). ``deadline`` (monotonic): the whole handshake's end, by default ``timeout`` from now.
+    single peer with this): the agent's hello read and answered. Raises auth.AuthError (wrong magic, too slow) or
+    OSError; sends no reason. The agent's proof is its first frame: ``session.read_frame`` raises AuthError on it
+    when the agent does not hold the secret. ``deadline`` (monotonic): by default ``timeout`` from now.
     """
     deadline = time.monotonic() + timeout if deadline is None else deadline
-    if challenged is None:
-        answer, agent_nonce, server_nonce = auth.answer_hello(secret, auth.receive_exactly(sock, auth.HELLO, deadline))
-        auth._send_before(sock, answer, deadline)
-    else:
-        agent_nonce, server_nonce = challenged
-    # Worked out while the agent's answer travels, not after it: the proof to expect and the keys (used only
-    # once that proof checked out).
-    expected = auth.agent_proof(secret, agent_nonce, server_nonce)
-    session = auth.Session(secret, agent_nonce, server_nonce, is_server=True)
-    proof = auth.receive_exactly(sock, auth.MAC, deadline)
-    if not hmac.compare_digest(proof, expected):
-        raise auth.AuthError("the agent did not prove the job secret")
+    answer, session = auth.answer_hello(secret, auth.receive_exactly(sock, auth.HELLO, deadline))
+    auth._send_before(sock, answer, deadline)
     sock.settimeout(None)
     return session

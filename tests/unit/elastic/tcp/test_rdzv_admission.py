@@ -79,8 +79,8 @@ class _Short:
         return getattr(self._sock, name)
 
 
-def _hello(nonce: bytes = bytes(auth.NONCE)) -> bytes:
-    return auth.MAGIC + nonce
+def _hello() -> bytes:
+    return auth.AgentHandshake(SECRET).hello
 
 
 def _in_thread(function) -> None:
@@ -120,15 +120,15 @@ def test_a_challenge_sent_only_in_part_closes_the_connection_and_the_send_never_
 
 def test_a_hello_in_parts_is_kept_and_answered_once_complete():
     with _pair() as (client, accepted), _admission() as admission:
-        client.sendall(_hello()[:10])
+        agent = auth.AgentHandshake(SECRET)
+        client.sendall(agent.hello[:10])
         _in_thread(lambda: admission._admit(accepted, "127.0.0.1"))
         assert admission.pending == {"127.0.0.1": 1}  # waiting for the rest, nothing answered
-        client.sendall(_hello()[10:])
+        client.sendall(agent.hello[10:])
         shake = admission.waiting[accepted]
         _in_thread(lambda: admission._step(shake))
         client.settimeout(5)
-        answer = auth.receive_exactly(client, auth.NONCE + auth.MAC, time.monotonic() + 5)
-        assert answer[auth.NONCE:] == auth._proof(SECRET, b"server", bytes(auth.NONCE), answer[: auth.NONCE])
+        agent.finish(auth.receive_exactly(client, auth.ANSWER, time.monotonic() + 5))  # it proved the secret
 
 
 def _trickle(sock: socket.socket, data: bytes) -> None:
@@ -137,22 +137,19 @@ def _trickle(sock: socket.socket, data: bytes) -> None:
         time.sleep(0.002)
 
 
-def _handshake_by_hand(sock: socket.socket, secret: bytes = SECRET) -> tuple[bytes, bytes]:
-    agent_nonce = bytes(range(1, auth.NONCE + 1))
-    _trickle(sock, _hello(agent_nonce))
-    answer = auth.receive_exactly(sock, auth.NONCE + auth.MAC, time.monotonic() + 5)
-    assert answer[auth.NONCE:] == auth._proof(secret, b"server", agent_nonce, answer[: auth.NONCE])
-    return agent_nonce, answer[: auth.NONCE]
+def _handshake_by_hand(sock: socket.socket, secret: bytes = SECRET) -> auth.Session:
+    agent = auth.AgentHandshake(secret)
+    _trickle(sock, agent.hello)
+    return agent.finish(auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5))
 
 
 def test_a_member_whose_handshake_and_join_arrive_a_few_bytes_at_a_time_joins():
     with live_server() as server:
         sock = socket.create_connection(server.address[:2], timeout=5)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        agent_nonce, server_nonce = _handshake_by_hand(sock)
-        session = auth.Session(SECRET, agent_nonce, server_nonce, is_server=False)
+        session = _handshake_by_hand(sock)
         join = M.encode(M.Join(job="job", name="slow", address="127.0.0.1", slots=1, versions=dict(VERSIONS)))
-        _trickle(sock, auth.agent_proof(SECRET, agent_nonce, server_nonce) + session.seal(join))
+        _trickle(sock, session.seal(join))
         channel = wire.Channel(sock, session, send_timeout=5.0)
         assert isinstance(channel.receive(), M.Welcome)
         channel.close()
@@ -162,11 +159,10 @@ def test_a_join_that_fails_its_frame_check_is_closed_without_a_word():
     said: list[str] = []
     with live_server(said=said) as server:
         sock = socket.create_connection(server.address[:2], timeout=5)
-        agent_nonce, server_nonce = _handshake_by_hand(sock)
-        session = auth.Session(SECRET, agent_nonce, server_nonce, is_server=False)
+        session = _handshake_by_hand(sock)
         frame = bytearray(session.seal(M.encode(M.Join(job="job", name="x", address="127.0.0.1", slots=1))))
-        frame[-1] ^= 1  # a changed MAC
-        sock.sendall(auth.agent_proof(SECRET, agent_nonce, server_nonce) + bytes(frame))
+        frame[-1] ^= 1  # a changed tag: its length decrypted (the secret proved), its body does not
+        sock.sendall(bytes(frame))
         assert closed_without_a_word(sock)
         sock.close()
         assert not any("joined" in line for line in said)
@@ -187,14 +183,12 @@ def test_a_hello_already_there_is_answered_by_the_accept_loop_and_the_member_joi
     try:
         # Connected, and the hello sent, before the server accepts anything: it is there when the loop accepts.
         sock = socket.create_connection(server.address[:2], timeout=5)
-        agent_nonce = bytes(range(auth.NONCE))
-        sock.sendall(auth.MAGIC + agent_nonce)
+        agent = auth.AgentHandshake(SECRET)
+        sock.sendall(agent.hello)
         server.start()
-        answer = auth.receive_exactly(sock, auth.NONCE + auth.MAC, deadline=time.monotonic() + 10)
+        session = agent.finish(auth.receive_exactly(sock, auth.ANSWER, deadline=time.monotonic() + 10))
         assert answered == ["rdzv-accept"]
-        server_nonce = answer[: auth.NONCE]
-        assert answer[auth.NONCE:] == auth._proof(SECRET, b"server", agent_nonce, server_nonce)
-        sock.sendall(auth._proof(SECRET, b"agent", agent_nonce, server_nonce))
+        sock.sendall(session.seal(b'{"type":"join"}')[: auth.HEADER])  # the join's length: the agent's proof
         wait_until(lambda: not server._pending and not server._waiting, what="the slot freed after the proof")
         sock.close()
         # And a real agent still joins through the same loop.

@@ -122,13 +122,13 @@ def test_the_reader_ends_without_reading_when_the_server_closes_instead_of_welco
 
 @contextlib.contextmanager
 def _held_channel() -> Iterator[tuple[wire.Channel, socket.socket, auth.Session]]:
-    """An agent's held channel with keep-alives, the server's end of its socket and the server's session; closed after."""
+    """An agent's held channel with keep-alives, the server's end of its socket and the server's session (fresh
+    keys, as ``join_here`` gives); closed after."""
     mine, theirs = socket.socketpair()
-    nonces = bytes(range(32)), bytes(range(32, 64))
-    channel = wire.Channel(mine, auth.Session(SECRET, *nonces, is_server=False), send_timeout=5.0,
-                           keepalive=60.0, held=True)
+    agent, server = auth.pair_sessions()
+    channel = wire.Channel(mine, agent, send_timeout=5.0, keepalive=60.0, held=True)
     try:
-        yield channel, theirs, auth.Session(SECRET, *nonces, is_server=True)
+        yield channel, theirs, server
     finally:
         channel.close()
         theirs.close()

@@ -1,8 +1,9 @@
-"""The rendezvous handshake and frame MACs (elastic/tcp/auth.py) over real socket pairs."""
+"""The rendezvous' Noise handshake and encrypted frames (elastic/tcp/auth.py) over real socket pairs."""
 from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 
@@ -31,34 +32,28 @@ def _run_server(sock, secret, timeout=auth.HANDSHAKE_S):
     return thread, result
 
 
-def test_hkdf_matches_rfc5869_case_1():
-    okm = auth.hkdf(bytes([0x0B] * 22), bytes(range(13)), bytes(range(0xF0, 0xFA)), 42)
-    assert okm.hex() == ("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c"
-                         "5db02d56ecc4c5bf34007208d5b887185865")
-
-
 def test_both_sides_prove_the_secret_and_frames_go_both_ways():
     agent_sock, server_sock = _pair()
     thread, result = _run_server(server_sock, SECRET)
-    agent = auth.agent_handshake(agent_sock, SECRET)
+    agent = auth.agent_handshake(agent_sock, SECRET, first=b'{"type":"join"}')
     thread.join()
     server = result["session"]
-    agent_sock.sendall(agent.seal(b'{"type":"join"}'))
     assert server.read_frame(exact_reader(server_sock)) == b'{"type":"join"}'
     server_sock.sendall(server.seal(b"welcome") + server.seal(b"round"))
     read = exact_reader(agent_sock)
     assert [agent.read_frame(read), agent.read_frame(read)] == [b"welcome", b"round"]
 
 
-def test_an_agent_with_the_wrong_secret_is_closed_on_without_a_word():
+def test_an_agent_with_the_wrong_secret_stops_at_the_servers_proof_and_says_nothing_more():
     agent_sock, server_sock = _pair()
     thread, result = _run_server(server_sock, SECRET)
-    with pytest.raises(auth.AuthError):
-        # the wrong secret cannot even check the server's proof, so the agent stops first
-        auth.agent_handshake(agent_sock, b"x" * 32)
+    with pytest.raises(auth.AuthError, match="did not prove"):
+        # the wrong secret cannot check the server's proof, so the agent stops first: its join never goes out
+        auth.agent_handshake(agent_sock, b"x" * 32, first=b'{"type":"join"}')
     agent_sock.close()
     thread.join()
-    assert isinstance(result["error"], auth.AuthError)
+    server_sock.settimeout(5)
+    assert server_sock.recv(100) == b""  # nothing after the hello
 
 
 def test_a_server_without_the_secret_gets_no_proof_from_the_agent():
@@ -67,7 +62,7 @@ def test_a_server_without_the_secret_gets_no_proof_from_the_agent():
 
     def squat():
         seen.append(squatter.recv(1024))
-        squatter.sendall(b"\x01" * (auth.NONCE + auth.MAC))
+        squatter.sendall(b"\x01" * auth.ANSWER)
         squatter.settimeout(1.0)
         try:
             seen.append(squatter.recv(1024))
@@ -77,7 +72,7 @@ def test_a_server_without_the_secret_gets_no_proof_from_the_agent():
     thread = threading.Thread(target=squat)
     thread.start()
     with pytest.raises(auth.AuthError, match="did not prove"):
-        auth.agent_handshake(agent_sock, SECRET)
+        auth.agent_handshake(agent_sock, SECRET, first=b'{"type":"join"}')
     agent_sock.close()
     thread.join()
     assert len(seen[0]) == auth.HELLO and seen[1] in (b"", b"<nothing>")
@@ -85,7 +80,7 @@ def test_a_server_without_the_secret_gets_no_proof_from_the_agent():
 
 def test_a_server_that_echoes_the_agents_bytes_proves_nothing():
     agent_sock, mirror = _pair()
-    thread = threading.Thread(target=lambda: mirror.sendall(mirror.recv(auth.HELLO)[8:] + b"\0" * auth.MAC))
+    thread = threading.Thread(target=lambda: mirror.sendall(mirror.recv(auth.HELLO)[len(auth.MAGIC):]))
     thread.start()
     with pytest.raises(auth.AuthError):
         auth.agent_handshake(agent_sock, SECRET)
@@ -104,22 +99,23 @@ def test_a_recorded_handshake_replayed_to_a_new_connection_fails():
 
     agent_sock = Recording(fileno=agent_sock.detach())
     thread, result = _run_server(server_sock, SECRET)
-    auth.agent_handshake(agent_sock, SECRET)
+    auth.agent_handshake(agent_sock, SECRET, first=b'{"type":"join"}')
     thread.join()
     assert "session" in result and len(recorded) == 2
     replay, server_sock = _pair()
     thread, result = _run_server(server_sock, SECRET)
     replay.sendall(recorded[0])
-    replay.recv(auth.NONCE + auth.MAC)
-    replay.sendall(recorded[1])
+    assert len(auth.receive_exactly(replay, auth.ANSWER, time.monotonic() + 5)) == auth.ANSWER
+    replay.sendall(recorded[1])  # the join, sealed under the first connection's keys
     thread.join()
-    assert isinstance(result["error"], auth.AuthError)
+    with pytest.raises(auth.AuthError):
+        result["session"].read_frame(exact_reader(server_sock))
 
 
 def test_wrong_magic_is_refused():
     stranger, server_sock = _pair()
     thread, result = _run_server(server_sock, SECRET)
-    stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 20)
+    stranger.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".ljust(auth.HELLO, b"\0"))  # a whole hello's worth
     thread.join()
     assert isinstance(result["error"], auth.AuthError)
     server_sock.close()  # what the server's caller does
@@ -183,17 +179,19 @@ def test_a_frame_from_the_other_direction_fails_its_check():
         agent.read_frame(exact_reader(agent_sock))
 
 
-def test_an_oversized_frame_is_refused_before_its_body_is_read():
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed-by-a-member", "in-clear"])
+def test_an_oversized_frame_is_refused_before_its_body_is_read(sealed):
     agent, agent_sock, server, server_sock = _sessions()
-    agent_sock.sendall((auth.MAX_FRAME + 1).to_bytes(4, "big"))
+    length = (auth.MAX_FRAME + 1).to_bytes(4, "big")
+    agent_sock.sendall(agent._send.encrypt_with_ad(b"", length) if sealed else length + bytes(auth.HEADER - 4))
     asked = []
 
     def receive(count):
         asked.append(count)
         return exact_reader(server_sock)(count)
 
-    with pytest.raises(auth.AuthError, match="over the"):
+    with pytest.raises(auth.AuthError, match="over the" if sealed else "authentication"):
         server.read_frame(receive)
-    assert asked == [4]
+    assert asked == [auth.HEADER]
     with pytest.raises(ValueError):
         agent.seal(b"x" * (auth.MAX_FRAME + 1))

@@ -201,12 +201,12 @@ def test_a_member_with_the_secret_that_stalls_its_join_does_not_stall_anyone_els
     with live_server(min_nodes=2, max_nodes=3, node_timeout=10.0) as server:
         stalled = socket.create_connection(server.address[:2], timeout=5)
         try:
-            nonce = bytes(range(auth.NONCE))
-            stalled.sendall(auth.MAGIC + nonce)
-            answer = auth.receive_exactly(stalled, auth.NONCE + auth.MAC, time.monotonic() + 5)
-            # Its proof and the first bytes of a join frame, then nothing: it holds the secret and stalls.
-            stalled.sendall(auth._proof(SECRET, b"agent", nonce, answer[: auth.NONCE]) + (200).to_bytes(4, "big")
-                            + b"{")
+            agent = auth.AgentHandshake(SECRET)
+            stalled.sendall(agent.hello)
+            session = agent.finish(auth.receive_exactly(stalled, auth.ANSWER, time.monotonic() + 5))
+            # Its proof (the join's length) and the first bytes of the join, then nothing: it holds the secret
+            # and stalls.
+            stalled.sendall(session.seal(b'{"type": "join"' + b" " * 200 + b"}")[: auth.HEADER + 1])
             outcomes = burst(server.address[1], [fleet_address(i) for i in range(2)], patience=20)
             try:
                 assert all(isinstance(o, RendezvousLink) for o in outcomes), [repr(o) for o in outcomes]
@@ -223,8 +223,8 @@ def _challenged(server, source: str) -> socket.socket:
     sock.bind((source, 0))
     sock.settimeout(5.0)
     sock.connect(server.address[:2])
-    sock.sendall(auth.MAGIC + bytes(auth.NONCE))
-    assert len(auth.receive_exactly(sock, auth.NONCE + auth.MAC, time.monotonic() + 5)) == auth.NONCE + auth.MAC
+    sock.sendall(auth.AgentHandshake(SECRET).hello)
+    assert len(auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5)) == auth.ANSWER
     return sock
 
 
@@ -252,14 +252,14 @@ def test_a_source_that_failed_a_proof_holds_at_most_four_challenged_connections(
     with live_server(min_nodes=1, max_nodes=1) as server:
         honest = [_challenged(server, "127.8.0.1") for _ in range(6)]  # not suspect: no cap
         liar = _challenged(server, "127.8.0.2")
-        liar.sendall(bytes(auth.MAC + 4))  # a wrong proof: its address is suspect now
+        liar.sendall(bytes(auth.HEADER))  # a wrong proof: its address is suspect now
         assert liar.recv(1) == b""
         held = [_challenged(server, "127.8.0.2") for _ in range(4)]
         fifth = socket.socket()
         fifth.bind(("127.8.0.2", 0))
         fifth.settimeout(5.0)
         fifth.connect(server.address[:2])
-        fifth.sendall(auth.MAGIC + bytes(auth.NONCE))
+        fifth.sendall(auth.AgentHandshake(SECRET).hello)
         assert fifth.recv(64) == auth.BUSY
         for sock in [*honest, liar, *held, fifth]:
             sock.close()

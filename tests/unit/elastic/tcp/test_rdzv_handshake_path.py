@@ -52,15 +52,16 @@ def _sessions(first: bytes | None = None):
 
 def test_the_join_goes_in_the_same_write_as_the_agents_proof_and_the_server_reads_it_after_the_proof():
     recording, server_sock, _agent, server = _sessions(first=b'{"type":"join"}')
-    assert len(recording.writes) == 2  # the hello, then the proof with the join: no third write, no extra trip
+    assert len(recording.writes) == 2  # the hello, then the join (its proof): no third write, no extra trip
     assert recording.writes[0][: len(auth.MAGIC)] == auth.MAGIC and len(recording.writes[0]) == auth.HELLO
-    assert len(recording.writes[1]) > auth.MAC + len(b'{"type":"join"}')
+    assert len(recording.writes[1]) == auth.HEADER + auth.body_size(len(b'{"type":"join"}'))
+    assert b"join" not in recording.writes[1]  # encrypted
     assert server.read_frame(exact_reader(server_sock)) == b'{"type":"join"}'
 
 
-def test_without_a_first_message_the_agent_writes_only_its_proof():
+def test_without_a_first_message_the_agent_writes_only_its_hello():
     recording, _server_sock, _agent, _server = _sessions()
-    assert [len(w) for w in recording.writes] == [auth.HELLO, auth.MAC]
+    assert [len(w) for w in recording.writes] == [auth.HELLO]  # its first frame, whenever it comes, proves it
 
 
 def test_a_server_that_cannot_prove_the_secret_never_gets_the_join():
@@ -78,7 +79,7 @@ def test_a_server_that_cannot_prove_the_secret_never_gets_the_join():
     thread.start()
     server_sock.settimeout(5)
     assert len(server_sock.recv(auth.HELLO)) == auth.HELLO
-    server_sock.sendall(bytes(auth.NONCE + auth.MAC))  # a nonce and a proof made without the secret
+    server_sock.sendall(bytes(auth.ANSWER))  # an ephemeral key and a tag made without the secret
     rest = b""
     while chunk := server_sock.recv(1 << 16):
         rest += chunk
@@ -97,9 +98,9 @@ def test_send_now_writes_one_frame_in_one_write_ahead_of_what_was_queued_while_h
     assert reader.receive() == M.Welcome(node_id=7)
     assert reader.receive() == M.Ping()  # the queued keep-alive, after the welcome
     writes = channel.sock.writes
-    assert len(writes) == 2  # one write per frame: the whole frame (length, payload, MAC) each time
+    assert len(writes) == 2  # one write per frame: the whole frame (sealed length, sealed payload) each time
     for write, message in zip(writes, (M.Welcome(node_id=7), M.Ping())):
-        assert len(write) == 4 + len(M.encode(message)) + auth.MAC and M.encode(message) in write
+        assert len(write) == auth.HEADER + auth.body_size(len(M.encode(message))) and M.encode(message) not in write
     channel.close()
     reader.close()
 
@@ -210,15 +211,16 @@ def test_a_server_that_proves_the_secret_but_never_welcomes_does_not_hold_the_ag
     assert isinstance(outcome["result"], TimeoutError) and "no answer to the join" in str(outcome["result"])
 
 
-def test_session_keys_are_rfc5869_hkdf_of_the_secret_and_both_nonces_per_direction():
-    agent_nonce, server_nonce = bytes(range(32)), bytes(range(32, 64))
-    agent = auth.Session(SECRET, agent_nonce, server_nonce, is_server=False)
-    server = auth.Session(SECRET, agent_nonce, server_nonce, is_server=True)
-    salt = agent_nonce + server_nonce
-    to_server = auth.hkdf(SECRET, salt, b"tfdist-rdzv agent->server")
-    to_agent = auth.hkdf(SECRET, salt, b"tfdist-rdzv server->agent")
-    assert (agent._send_key, agent._receive_key) == (to_server, to_agent) != (to_agent, to_server)
-    assert (server._send_key, server._receive_key) == (to_agent, to_server)
+def test_every_connection_has_keys_of_its_own_one_per_direction():
+    _, server_one_sock, agent_one, server_one = _sessions()
+    _, server_two_sock, agent_two, server_two = _sessions()
+    frame = agent_one.seal(b"ping")
+    assert server_one.open_body(server_one.open_header(frame[: auth.HEADER]), frame[auth.HEADER:]) == b"ping"
+    for wrong in (server_two, agent_two):  # another connection with the same secret, or the other direction
+        with pytest.raises(auth.AuthError):
+            wrong.open_header(frame[: auth.HEADER])
+    server_one_sock.close()
+    server_two_sock.close()
 
 
 def test_a_members_round_and_keep_alives_go_out_from_the_tick_thread_with_no_writer_thread():

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.unit.elastic.tcp.rdzv_peer import Peer, closed_without_a_word, live_server, stranger, wait_until
+from tests.unit.elastic.tcp.rdzv_peer import (SECRET, VERSIONS, Peer, closed_without_a_word, live_server,
+                                              server_handshake, stranger, wait_until)
 from tfdist.launch.elastic.tcp import auth
 from tfdist.launch.elastic.messages import protocol as M
 
@@ -33,42 +34,61 @@ def _drain(sock: socket.socket, timeout: float = 3.0) -> bytes:
 
 def wrong_secret(server):
     sock = stranger(server)
-    sock.sendall(auth.MAGIC + os.urandom(auth.NONCE))
-    answer = sock.recv(auth.NONCE + auth.MAC)
-    sock.sendall(os.urandom(auth.MAC))
+    sock.sendall(auth.AgentHandshake(b"not this job's secret").hello)  # message 1 holds no secret: it is answered
+    answer = auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5)
+    sock.sendall(os.urandom(auth.HEADER) + b"{}")  # a join it cannot seal
     return answer + _drain(sock)
 
 
 def replayed_handshake(server):
-    real = socket.create_connection(server.address[:2])
+    """A whole session recorded (hello and join, made with the secret) against another server with the same
+    secret, replayed into a new connection: its join is sealed under keys that depended on that server's e."""
+    agent_end, server_end = socket.socketpair()
     sent: list[bytes] = []
-    original = real.sendall
+    original = agent_end.sendall
 
     class Tap:
         def __getattr__(self, name):
-            return getattr(real, name)
+            return getattr(agent_end, name)
 
         def sendall(self, data):
             sent.append(bytes(data))
             return original(data)
 
-    auth.agent_handshake(Tap(), bytes(range(100, 132)))  # type: ignore[arg-type]
-    real.close()
+    answering = threading.Thread(target=lambda: server_handshake(server_end, SECRET))
+    answering.start()
+    join = M.encode(M.Join(job=JOB, name="replayed", address="127.0.0.9", slots=1, versions=dict(VERSIONS)))
+    auth.agent_handshake(Tap(), SECRET, first=join)  # type: ignore[arg-type]
+    answering.join()
+    agent_end.close()
+    server_end.close()
     sock = stranger(server)
     sock.sendall(sent[0])
-    answer = sock.recv(auth.NONCE + auth.MAC)
-    sock.sendall(sent[1])  # the proof for the old nonces
-    sock.sendall(struct.pack(">I", 10) + b'{"type":1}' + b"\0" * 32)
+    answer = auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5)
+    sock.sendall(sent[1])  # the join, sealed for the other connection
     return answer + _drain(sock)
 
 
 def reflected_proof(server):
     sock = stranger(server)
-    nonce = os.urandom(auth.NONCE)
-    sock.sendall(auth.MAGIC + nonce)
-    answer = sock.recv(auth.NONCE + auth.MAC)
-    sock.sendall(answer[auth.NONCE:])  # the server's own proof, sent back
+    sock.sendall(auth.AgentHandshake(SECRET).hello)
+    answer = auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5)
+    sock.sendall(answer[: auth.HEADER])  # the server's own bytes, sent back as a proof
     return answer + _drain(sock)
+
+
+def downgrade(server):
+    """An agent of the HMAC wire (TFDRDZV1 and a nonce), or a middlebox that rewrote the version: no answer."""
+    sock = stranger(server)
+    sock.sendall(b"TFDRDZV1" + os.urandom(32))
+    return _drain(sock)
+
+
+def version_rewritten(server):
+    """This version's message 1 with the old magic: the magic is in the prologue, so no way round it."""
+    sock = stranger(server)
+    sock.sendall(b"TFDRDZV1" + auth.AgentHandshake(SECRET).hello[len(auth.MAGIC):])
+    return _drain(sock)
 
 
 def garbage(server):
@@ -129,8 +149,8 @@ def huge_line(server):
     return _drain(sock)
 
 
-ATTACKS = [wrong_secret, replayed_handshake, reflected_proof, garbage, old_protocol_join, http_probe, stall,
-           trickle, flood, huge_line]
+ATTACKS = [wrong_secret, replayed_handshake, reflected_proof, downgrade, version_rewritten, garbage,
+           old_protocol_join, http_probe, stall, trickle, flood, huge_line]
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.__name__ for a in ATTACKS])
@@ -145,7 +165,7 @@ def test_a_stranger_learns_nothing_and_changes_nothing(attack, monkeypatch):
             # soon; the members, before and after, have the real deadline, which a loaded machine may need.
             short.setattr(auth, "HANDSHAKE_S", 0.5)
             seen = attack(server)
-            assert len(seen) <= auth.NONCE + auth.MAC  # at most the server's half of the handshake
+            assert len(seen) <= auth.ANSWER  # at most the server's half of the handshake
             assert not any(name in seen for name in NAMES)
             assert [n.name for n in server.policy.nodes.values()] == ["member-one"]
             wait_until(lambda: not server._pending, what="every stranger's slot freed")
@@ -172,7 +192,25 @@ def _replayed_frame(peer: Peer) -> None:
 
 def _oversized_frame(peer: Peer) -> None:
     peer.channel.drain(1.0)
-    peer.sock.sendall(struct.pack(">I", 2**31))
+    peer.sock.sendall(peer.session._send.encrypt_with_ad(b"", struct.pack(">I", 2**31)))  # sealed: it has the key
+
+
+def _length_in_clear(peer: Peer) -> None:
+    peer.channel.drain(1.0)
+    peer.sock.sendall(struct.pack(">I", 16) + bytes(auth.HEADER - 4))  # the HMAC wire's plaintext length
+
+
+def _dropped_frame(peer: Peer) -> None:
+    peer.channel.drain(1.0)
+    peer.session.seal(M.encode(M.Ping()))  # sealed, never sent: the next one's counter is one on
+    peer.sock.sendall(peer.session.seal(M.encode(M.Ping())))
+
+
+def _cut_frame(peer: Peer) -> None:
+    peer.channel.drain(1.0)
+    frame = peer.session.seal(M.encode(M.Ping()))
+    peer.sock.sendall(frame[:-1])
+    peer.sock.shutdown(socket.SHUT_WR)
 
 
 def _escaping_manifest(peer: Peer) -> None:
@@ -189,7 +227,8 @@ def _too_many_ports(peer: Peer) -> None:
     peer.send_raw(json.dumps({"v": 1, "type": "ready", "ports": list(range(1, 5000))}).encode())
 
 
-MISDEEDS = [_bad_frame, _replayed_frame, _oversized_frame, _escaping_manifest, _file_with_a_path, _too_many_ports]
+MISDEEDS = [_bad_frame, _replayed_frame, _oversized_frame, _length_in_clear, _dropped_frame, _cut_frame,
+            _escaping_manifest, _file_with_a_path, _too_many_ports]
 
 
 @pytest.mark.parametrize("misdeed", MISDEEDS, ids=[m.__name__.strip("_") for m in MISDEEDS])
@@ -212,7 +251,7 @@ def test_a_forged_frame_injected_into_a_members_connection_is_rejected():
     with live_server(job=JOB, said=said, min_nodes=1, max_nodes=1) as server:
         member = Peer(server)
         assert isinstance(member.join("member-one", job=JOB), M.Welcome)
-        forged = auth.Session(b"not the secret", b"a" * 32, b"b" * 32, is_server=False)
+        forged, _ = auth.pair_sessions()  # keys of its own: it has not this session's
         member.channel.drain(1.0)
         member.sock.sendall(forged.seal(M.encode(M.Exited(round=0, outcome="failed", detail="injected"))))
         wait_until(lambda: any("failed its authentication check" in line for line in said))

@@ -2,10 +2,10 @@
 
 Why one thread with a selector and not one thread per connection: a thread start costs about 0.1 ms and each leg of
 a handshake served by its own thread is one more wake-up; on the join's path that was most of what authentication
-added to a join. Here the accept, the challenge, the agent's proof and its join are read and answered by the one
-``rdzv-accept`` thread as the bytes arrive, never waiting on any one peer (non-blocking sockets, reads of at most
-what the current step needs); the server then welcomes the member and only after that starts the member's own
-thread (``server.py``).
+added to a join. Here the accept, the Noise handshake (``auth.py``), the agent's proof and its join are read and
+answered by the one ``rdzv-accept`` thread as the bytes arrive, never waiting on any one peer (non-blocking sockets,
+reads of at most what the current step needs); the server then welcomes the member and only after that starts the
+member's own thread (``server.py``).
 
 Fair at scale (issue 33: a thousand machines arrive in the same second, and strangers are about). An unauthenticated
 connection is in one of two stages:
@@ -23,17 +23,16 @@ connection is in one of two stages:
 :attr:`room` scales with the job (``nodes``: ``--nnodes`` max; :func:`handshake_room`), and the listen backlog
 with it. Each connection must finish the handshake within ``auth.HANDSHAKE_S`` seconds of its accept, and one that
 proved the secret gets ``auth.HANDSHAKE_S`` more for its join, holding no slot. A stranger holds at most
-:data:`auth.HELLO` bytes; one that fails anything is closed without a word. The accept survives running out of
+:data:`auth.HELLO` bytes (then :data:`auth.HEADER`: the encrypted length of its join, which is its proof of the
+secret); one that fails anything is closed without a word. The accept survives running out of
 file descriptors (a line, a pause, and on).
 """
 from __future__ import annotations
 
 import collections
 import errno
-import hmac
 import selectors
 import socket
-import struct
 import threading
 import time
 from typing import Callable
@@ -43,21 +42,19 @@ from tfdist.launch.elastic.tcp.admission_rules import (  # noqa: F401 - the caps
     ACCEPT_BACKOFF_S, ACCEPTS_PER_WAKE, DEFAULT_NODES, FRESH_PER_SOURCE, PENDING_PER_SOURCE, PENDING_TOTAL,
     Suspects, descriptor_limit, handshake_room, listen_backlog)
 
-_LENGTH = struct.Struct(">I")
-_HELLO, _PROOF, _JOIN = 0, 1, 2  # what a connection's next bytes are
+_HELLO, _PROOF, _JOIN = 0, 1, 2  # what a connection's next bytes are: Noise message 1, the join's header, its body
 _WAKE = "wake"  # the selector's mark for the wake-up pair
 
 
 class _Handshake:
     """One connection's handshake under way: what it has sent so far and what comes next."""
 
-    __slots__ = ("sock", "source", "deadline", "step", "need", "buffer", "nonces", "expected", "session")
+    __slots__ = ("sock", "source", "deadline", "step", "need", "buffer", "length", "session")
 
     def __init__(self, sock: socket.socket, source: str, deadline: float) -> None:
         self.sock, self.source, self.deadline = sock, source, deadline
         self.step, self.need, self.buffer = _HELLO, auth.HELLO, bytearray()
-        self.nonces: tuple[bytes, bytes] = (b"", b"")
-        self.expected = b""
+        self.length = 0  # the join's, once its encrypted length (the agent's proof) decrypted
         self.session: auth.Session | None = None
 
 
@@ -283,52 +280,43 @@ class Admission:
         """The current step's bytes are all there: answer them. True when there is nothing more to read now."""
         data = bytes(shake.buffer)
         if shake.step == _HELLO:
-            answer, agent_nonce, server_nonce = auth.answer_hello(self._secret, data)  # AuthError: not an agent
+            if not auth.is_hello(data):
+                raise auth.AuthError("not a tfdist agent (of this version)")
             if not self._room_for_challenge(shake):
-                raise _Busy()
+                raise _Busy()  # before the Diffie-Hellman: a busy server spends nothing on a newcomer
+            answer, session = auth.answer_hello(self._secret, data)  # AuthError: an unusable key
             try:  # a fresh socket's buffer is empty: it always fits in practice, and this never waits
                 sent = shake.sock.send(answer)
             except BlockingIOError:
                 sent = 0
             if sent != len(answer):
-                raise auth.AuthError("the challenge did not fit the send buffer")
-            # Worked out while the agent's answer travels: the proof to expect and the keys.
-            shake.expected = auth.agent_proof(self._secret, agent_nonce, server_nonce)
-            shake.session = auth.Session(self._secret, agent_nonce, server_nonce, is_server=True)
-            shake.step, shake.need = _PROOF, auth.MAC + _LENGTH.size  # the proof and the join's length
+                raise auth.AuthError("the handshake's answer did not fit the send buffer")
+            shake.session = session
+            shake.step, shake.need = _PROOF, auth.HEADER  # the join's encrypted length: the agent's proof
             shake.buffer.clear()
             self._challenge(shake)
-            return True  # the proof comes only after the agent read the challenge: no read that must fail now
-        elif shake.step == _PROOF:
-            if not hmac.compare_digest(data[: auth.MAC], shake.expected):
-                raise auth.AuthError("the agent did not prove the job secret")
-            (length,) = _LENGTH.unpack_from(data, auth.MAC)
-            if length > auth.MAX_FRAME:
-                raise auth.AuthError(f"a frame of {length} bytes is over the {auth.MAX_FRAME}-byte limit")
+            auth.make_spares(server=True)  # the next handshake's key, while this agent works out its join
+            return True  # the proof comes only after the agent read the answer: no read that must fail now
+        assert shake.session is not None
+        if shake.step == _PROOF:
+            shake.length = shake.session.open_header(data)  # AuthError: not the secret, or a replay
             self._forget(shake)  # it proved the secret: it holds no slot any more, and gets time for its join
             self._proved[shake.sock] = shake
-            shake.step, shake.need = _JOIN, shake.need + length + auth.MAC
+            shake.step, shake.need = _JOIN, auth.body_size(shake.length)
+            shake.buffer.clear()
             shake.deadline += auth.HANDSHAKE_S
-            return False
-        else:
-            assert shake.session is not None
-            frame = memoryview(data)[auth.MAC:]
-            offset = [0]
-
-            def receive(count: int) -> bytes:
-                offset[0] += count
-                return bytes(frame[offset[0] - count: offset[0]])
-
-            payload = shake.session.read_frame(receive)  # raises AuthError on a bad MAC
-            self._proved.pop(shake.sock, None)
-            self._selector.unregister(shake.sock)
-            try:
-                self._admitted(shake.sock, shake.session, payload)
-            except Exception as bad:  # noqa: BLE001 - one member's trouble never ends the loop
-                self._say(f"dropped a member's connection: {bad!r}")
-                shake.sock.close()
-            return True
-        return False
+            if shake.need:
+                return False
+            data = b""
+        payload = shake.session.open_body(shake.length, data)  # AuthError: changed on the way
+        self._proved.pop(shake.sock, None)
+        self._selector.unregister(shake.sock)
+        try:
+            self._admitted(shake.sock, shake.session, payload)
+        except Exception as bad:  # noqa: BLE001 - one member's trouble never ends the loop
+            self._say(f"dropped a member's connection: {bad!r}")
+            shake.sock.close()
+        return True
 
     def _challenge(self, shake: _Handshake) -> None:
         """Fresh -> challenged: it holds a slot that no newcomer takes."""

@@ -139,7 +139,7 @@ class RendezvousLink:
         sock = self._open(deadline)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # The join goes in the same write as the agent's proof, after the server proved the secret.
+            # The join (sealed: it is the agent's proof) goes in one write, once the server proved the secret.
             timeout = max(0.05, min(auth.HANDSHAKE_S, deadline - time.monotonic()))
             return sock, auth.agent_handshake(sock, self._secret, timeout=timeout, first=first)
         except auth.Busy:

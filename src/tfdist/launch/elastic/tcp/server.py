@@ -122,7 +122,7 @@ class RendezvousServer:
         if self._closing.is_set():
             raise OSError("the rendezvous is closing")
         mine, theirs = socket.socketpair()
-        agent_session, server_session = auth.pair_sessions(self._secret)
+        agent_session, server_session = auth.pair_sessions()
         try:
             self._admitted(theirs, server_session, join, here=True)
         except BaseException:

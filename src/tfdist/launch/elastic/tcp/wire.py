@@ -5,8 +5,9 @@ installed, and it must notice a machine that silently drops off the network. One
 agent carries requests, pushes (a new round, "stop now") and keep-alives both ways with the standard library alone.
 
 A connection starts with the handshake of :mod:`tfdist.launch.elastic.tcp.auth` (nothing about the job before it);
-then every message (:mod:`tfdist.launch.elastic.messages.protocol`) is one MAC'd frame of at most ``auth.MAX_FRAME`` bytes,
-so a reader never holds more than one frame. Sending never waits on the network: messages go into a bounded queue,
+then every message (:mod:`tfdist.launch.elastic.messages.protocol`) is one encrypted frame (a sealed length, then the
+message in Noise messages of at most 65535 bytes) of at most ``auth.MAX_FRAME`` bytes, so a reader never holds more
+than one frame. Sending never waits on the network: messages go into a bounded queue,
 written at once by the sender with a non-blocking send when the socket takes them, else by a writer thread with a
 deadline per frame (only a backup or snapshot chunk may wait, up to the ``wait`` it is sent with, for room in that
 queue: the upload's pace). A peer that stops reading fills its queue or misses the deadline and loses its
@@ -46,7 +47,8 @@ class Channel:
 
     Nothing on the join's path waits for a thread start or a hand-off that the plain join of the protocol before
     authentication did not have: a connection's first message is written by the thread that owns it (the agent's
-    join rides with its proof, ``auth.agent_handshake``; the server's welcome goes out through :meth:`send_now`).
+    join is its proof and rides in the handshake's last write, ``auth.agent_handshake``; the server's welcome goes
+    out through :meth:`send_now`).
     A message sent while no writer thread runs is written by the sender's thread when the socket takes it now (one
     non-blocking send); a writer thread, with the send deadline, starts only for what the socket cannot take at
     once (a peer that stops reading, a backup copy), so a connection of a few small messages each way (a member:
