@@ -70,7 +70,7 @@ class Walks(list):
 
 @pytest.mark.parametrize("shapes, counts", [
     ([(2, ()), (1, ("ps",)), (1, ())], PS), ([(1, ("ps",)), (2, ())], PS), ([(3, ())] * 4, RoleCounts(chief=True)),
-    ([(1, ())] * 1024, RoleCounts(chief=True, ps=8)),
+    ([(1, ())] * 256, RoleCounts(chief=True, ps=8)),
 ])
 def test_every_machine_s_tasks_in_one_walk_are_each_machine_s_local_tasks(shapes, counts):
     round_nodes = nodes(*shapes)
