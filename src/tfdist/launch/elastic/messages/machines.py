@@ -17,8 +17,8 @@ The wire form, inside a ``round`` message: ``"machines": {"nodes": NODES, "worke
 - WORKERS: the workers' addresses (``host:port``), one space between two.
 
 The limits are the ones the per-field checks had (a rank up to 15 digits, 1-:data:`MAX_SLOTS` slots, texts of 256
-and 300 characters, :data:`MAX_ITEMS` machines), except the workers: up to :data:`MAX_TASKS` (a job's tasks), where
-the list check allowed :data:`MAX_ITEMS`, fewer than 1,024 machines of 8 GPUs have.
+and 300 characters, :data:`MAX_ITEMS` machines), except the workers: up to :data:`MAX_TASKS` (a job's tasks); the
+list check allowed :data:`MAX_ITEMS` (4,096), fewer than a job of 1,024 machines with 8 GPUs each has.
 """
 from __future__ import annotations
 
