@@ -3,7 +3,10 @@ the rendezvous before that work (commit BASELINE) in the same run, the trees tak
 
 Each agent is tfdist's own client (``RendezvousLink``) from its own loopback address (127.1.x.y: all of 127/8 is
 loopback on Linux), the agents spread over ``--procs`` processes, one thread each, all released at the same wall
-clock instant. The server runs in a process of its own. Per N and tree:
+clock instant. The server runs in a process of its own. A fleet's agents have a process (and a machine) each; 32
+processes by default, because at 128 agent threads to one interpreter (8 processes for 1,024) the agents' own GIL
+hand-offs set the figure rather than the rendezvous: at N = 1,024 the agents' system time was 4.1 s against 1.3 s
+with 32 processes, and the time to every round scattered from 5 to 12 s for the same tree. Per N and tree:
 
 - admitted: agents welcomed (the others: what they were told, counted by message);
 - burst to every round: from the release to the last agent's ``round`` message (none: no round formed, because
@@ -11,9 +14,11 @@ clock instant. The server runs in a process of its own. Per N and tree:
 - loss to every other told: one member closes its connection; from then to the last other member's ``stop``;
 - the server's threads, peak RSS (VmHWM) and CPU seconds (from its start to after the loss), and uptime's load.
 
-    python bench/rdzv_scale.py [--sizes 16,64,256,1024] [--turns 1] [--procs 4] [--patience 20] [--baseline-tree DIR]
+    python bench/rdzv_scale.py [--sizes 16,64,256,1024] [--turns 1] [--procs 32] [--patience 20] [--baseline REV]
+                               [--baseline-tree DIR]
 
-Without ``--baseline-tree`` the baseline's ``src`` is taken from git (``git archive BASELINE src``).
+Without ``--baseline-tree`` the baseline's ``src`` is taken from git (``git archive REV src``; REV: ``--baseline``,
+by default BASELINE; another commit, such as the main a change starts from, measures that change alone).
 """
 from __future__ import annotations
 
@@ -187,10 +192,10 @@ def one_run(tree: Path, n: int, procs: int, patience: float, node_timeout: float
     }
 
 
-def baseline_src(tree: Path | None, scratch: Path) -> Path:
+def baseline_src(tree: Path | None, scratch: Path, revision: str = BASELINE) -> Path:
     if tree is not None:
         return tree
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", BASELINE, "src"], capture_output=True, check=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "src"], capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
     return scratch
 
@@ -203,15 +208,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16,64,256,1024", help="burst sizes, comma-separated")
     parser.add_argument("--turns", type=int, default=1, help="runs per size and tree (alternating)")
-    parser.add_argument("--procs", type=int, default=8, help="agent processes per run")
+    parser.add_argument("--procs", type=int, default=32, help="agent processes per run")
     parser.add_argument("--patience", type=float, default=20.0, help="each agent's deadline (--rdzv-timeout)")
     parser.add_argument("--node-timeout", type=float, default=30.0, help="keep-alive deadline, both sides")
-    parser.add_argument("--baseline-tree", type=Path, default=None, help=f"a checkout of {BASELINE} (default: git)")
+    parser.add_argument("--baseline", default=BASELINE, help="the commit to compare with (default: %(default)s)")
+    parser.add_argument("--baseline-tree", type=Path, default=None, help="a checkout of it (default: git archive)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"load average before: {load()} ({os.cpu_count()} CPUs)", flush=True)
+    print(f"load average before: {load()} ({os.cpu_count()} CPUs); baseline {args.baseline_tree or args.baseline}",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
-        trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch)), "fleet": REPO}
+        trees = {"baseline": baseline_src(args.baseline_tree, Path(scratch), args.baseline), "fleet": REPO}
         for n in sizes:
             seen: dict[str, list[dict]] = {name: [] for name in trees}
             for turn in range(args.turns):
@@ -228,9 +235,14 @@ def main() -> int:
                           + (f"; refused: {run['said']}" if run["said"] else ""), flush=True)
             if args.turns > 1:
                 for name, runs in seen.items():
-                    rounds = [r["to_round_s"] for r in runs if r["to_round_s"] is not None]
-                    print(f"N={n} {name}: median burst to every round {_fmt(median(rounds) if rounds else None)} "
-                          f"({len(rounds)}/{len(runs)} runs formed a round)")
+                    def mid(key: str) -> float | None:
+                        values = [r[key] for r in runs if r[key] is not None]
+                        return median(values) if values else None
+                    formed = sum(r["to_round_s"] is not None for r in runs)
+                    print(f"N={n} {name}: medians: burst to every round {_fmt(mid('to_round_s'))} "
+                          f"({formed}/{len(runs)} runs formed a round), loss to every other told "
+                          f"{_fmt(mid('loss_told_s'))}, peak RSS {mid('hwm_mib'):.0f} MiB, server CPU "
+                          f"{mid('cpu_s'):.2f} s, agents' CPU {mid('agents_cpu_s'):.1f} s", flush=True)
     print(f"load average after: {load()}")
     return 0
 

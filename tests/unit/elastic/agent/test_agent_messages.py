@@ -38,7 +38,7 @@ def test_print_report_is_never_on_the_wire_nor_taken_from_it():
 
 
 @pytest.mark.parametrize("raw, reason", [
-    ({"type": "round", "round": 1}, "workers: expected a list"),
+    ({"type": "round", "round": 1}, "machines: expected an object of nodes and workers"),
     ({"type": "stop", "round": 1, "graceful": "yes"}, "graceful: expected true or false"),
     ({"type": "finish", "status": 999}, "status: expected a whole number from 0 to 255"),
     ({"type": "launch-missiles"}, "unknown message type 'launch-missiles'"),
@@ -65,8 +65,8 @@ def _entry(link: EtcdLink, body: dict, secret: bytes = SECRET) -> Entry:
     return Entry(key=key, value=seal(secret, key, body), create_revision=1, mod_revision=1, lease=0)
 
 
-ROUND = {"type": "round", "round": 3, "node_rank": 0, "world_size": 1, "workers": ["10.0.0.1:2000"],
-         "first_index": 0, "nodes": [[0, "m0", "10.0.0.1", 1, []]]}
+ROUND = {"type": "round", "round": 3, "node_rank": 0, "world_size": 1, "first_index": 0,
+         "machines": {"nodes": "0 1 - 10.0.0.1 m0", "workers": "10.0.0.1:2000"}}
 
 
 def test_the_etcd_link_hands_the_agent_checked_typed_messages():

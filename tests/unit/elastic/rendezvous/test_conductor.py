@@ -119,6 +119,8 @@ def test_a_round_is_one_typed_round_message_per_assignment_then_one_commit():
     assert first.workers == ["10.0.0.1:1000", "10.0.0.1:1001", "10.0.0.2:2000", "10.0.0.2:2001"]
     assert port.commits == [(StartRound, 2)]
     assert said == ["round 0: 2 machine(s), 4 worker(s)"]
+    # The round's machines are made once and shared: no copy of the whole list per member (N^2 at a fleet's size).
+    assert port.sent[1][1].machines is first.machines and first.nodes[1][:4] == [1, "m2", "10.0.0.2", 2]
 
 
 @pytest.mark.parametrize("graceful", [True, False])

@@ -9,7 +9,8 @@ import pytest
 
 from tfdist.cluster.placement import RoleCounts, counts_text, parse_counts
 from tfdist.launch.elastic.rendezvous.membership import Finish, MembershipPolicy, Node, Phase, RendezvousSettings, StartRound
-from tfdist.launch.elastic.rendezvous.round_roles import describe, leader_rank, local_tasks, round_layout
+from tfdist.launch.elastic.rendezvous.round_roles import describe, leader_rank, local_tasks, round_layout, \
+    tasks_by_rank
 from tfdist.launch.local.layout import tf_config_for
 from tfdist.launch.outcome import Outcome
 
@@ -56,6 +57,29 @@ def test_every_machine_runs_exactly_its_tasks_and_the_order_of_the_nodes_list_do
     layout, placements = round_layout(list(reversed(round_nodes)), slots_of(round_nodes), PS)
     assert [local_tasks(placements, r) for r in range(3)] == [("chief:0", "worker:0"), ("ps:0",), ("worker:1",)]
     assert sorted(t for r in range(3) for t in local_tasks(placements, r)) == sorted(map(str, layout.tasks()))
+
+
+class Walks(list):
+    """Placements that count how often they are walked through."""
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("shapes, counts", [
+    ([(2, ()), (1, ("ps",)), (1, ())], PS), ([(1, ("ps",)), (2, ())], PS), ([(3, ())] * 4, RoleCounts(chief=True)),
+    ([(1, ())] * 256, RoleCounts(chief=True, ps=8)),
+])
+def test_every_machine_s_tasks_in_one_walk_are_each_machine_s_local_tasks(shapes, counts):
+    round_nodes = nodes(*shapes)
+    placements = Walks(round_layout(round_nodes, slots_of(round_nodes), counts)[1])
+    assert tasks_by_rank(placements) == {r: local_tasks(placements, r) for r in range(len(shapes))
+                                         if local_tasks(placements, r)}
+    placements.walks = 0
+    tasks_by_rank(placements)
+    assert placements.walks == 1  # once for the round, not once per machine (N^2)
 
 
 @pytest.mark.parametrize("shapes, counts, rank", [

@@ -21,6 +21,7 @@ from tfdist.launch.elastic.messages.fields import (  # noqa: F401 - the constant
     BACKUP_FILE, BACKUP_NAME, MAX_CHUNK_TEXT, MAX_ITEMS, MAX_REPORT, MAX_SLOTS, MAX_TEXT, SNAPSHOT_FILE, Backup,
     ProtocolError, _files, _flag, _int, _list, _maybe, _object, _roles, _snapshot, _text,
 )
+from tfdist.launch.elastic.messages.machines import RoundMachines
 from tfdist.launch.outcome import Outcome
 
 VERSION = 1
@@ -35,6 +36,9 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 class Message:
     TYPE: ClassVar[str] = ""
     LOCAL: ClassVar[tuple[str, ...]] = ()  # fields set by the receiving end, never sent or read from the wire
+    # Fields whose value writes its own JSON once (``.json``), spliced into every message that shares it: a round's
+    # machines go to each of its members, and encoding them again per member was O(N) work N times.
+    SHARED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Message":
@@ -47,7 +51,8 @@ class Message:
         out = {}
         for name in names:
             value = getattr(self, name)
-            out[name] = asdict(value) if isinstance(value, Backup) else value
+            out[name] = asdict(value) if isinstance(value, Backup) else value.wire \
+                if isinstance(value, RoundMachines) else value
         return out
 
 
@@ -183,25 +188,31 @@ class Refused(Message):
 
 @_message("round")
 class Round(Message):
+    """A round for one member: its own seat (``node_rank``, ``first_index``, what to restore) and the round's
+    machines, which are the same for every member (:class:`RoundMachines`: written once, shared by all)."""
+
+    SHARED = ("machines",)
     round: int
     node_rank: int
     world_size: int
-    workers: list[str]
     first_index: int
-    nodes: list[list[Any]]
+    machines: RoundMachines
     restore: dict[str, Any] | None = None
     snapshot: dict[str, Any] | None = None  # the in-memory snapshot copied here before the tasks start
 
+    @property
+    def workers(self) -> list[str]:
+        """Every worker's address, in the order of the machines' node ranks and slots."""
+        return self.machines.workers
+
+    @property
+    def nodes(self) -> list[list[Any]]:
+        """The round's machines: ``[rank, name, address, slots, roles]`` each."""
+        return self.machines.nodes
+
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Round":
-        workers = [_text(w, "workers[]", 300) for w in _list(raw.get("workers"), "workers")]
-        nodes = []
-        for node in _list(raw.get("nodes"), "nodes"):
-            rank, name, address, slots, roles = _list(node, "nodes[]", 5) + [None] * (5 - len(node))
-            nodes.append([_int(rank, "nodes[].rank"), _text(name, "nodes[].name", 256),
-                          _text(address, "nodes[].address", 256),
-                          _int(1 if slots is None else slots, "nodes[].slots", 1, MAX_SLOTS),
-                          _roles(role_list, [] if roles is None else roles, "nodes[].roles")])
+        machines = RoundMachines.check(raw.get("machines"))
         restore = raw.get("restore")
         if restore is not None:
             backup = Backup.check({**_object(restore, "restore", 8), "fs": "0"}, "restore")
@@ -210,8 +221,9 @@ class Round(Message):
             restore = {"name": backup.name, "files": backup.files, "sizes": backup.sizes,
                        "from": _text(restore.get("from", ""), "restore.from", 300)}
         return cls(round=_int(raw.get("round"), "round"), node_rank=_int(raw.get("node_rank"), "node_rank"),
-                   world_size=_int(raw.get("world_size"), "world_size", 1, 2**20), workers=workers,
-                   first_index=_int(raw.get("first_index"), "first_index"), nodes=nodes, restore=restore,
+                   world_size=_int(raw.get("world_size"), "world_size", 1, 2**20),
+                   first_index=_int(raw.get("first_index"), "first_index"),
+                   machines=machines, restore=restore,
                    snapshot=_maybe(_snapshot, raw.get("snapshot"), "snapshot"))
 
 
@@ -260,8 +272,16 @@ class Finish(Message):
 
 # -- encoding --------------------------------------------------------------------------------------------------
 def encode(message: Message) -> bytes:
+    """One frame's payload. The fields a message shares with others (:attr:`Message.SHARED`) are the bytes their
+    value encoded once, after the others: the same JSON as if encoded here."""
     body = {"v": VERSION, "type": message.TYPE, **message.fields()}
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    for name in message.SHARED:
+        del body[name]
+    head = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    if not message.SHARED:
+        return head
+    return b"".join([head[:-1], *(b',"%s":%s' % (name.encode(), getattr(message, name).json)
+                                  for name in message.SHARED), b"}"])
 
 
 def _refuse_constant(name: str) -> Any:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Protocol
 
 from tfdist.launch.elastic.messages import protocol as M
+from tfdist.launch.elastic.messages.machines import RoundMachines
 from tfdist.launch.elastic.rendezvous.backup_relay import BackupRelay
 from tfdist.launch.elastic.rendezvous.hang_collection import JobRecorder, round_members
 from tfdist.launch.elastic.rendezvous.membership import MembershipPolicy
@@ -134,11 +135,12 @@ class Conductor:
             self._say(f"round {action.round}: {len(action.nodes)} machine(s), {action.world_size} worker(s)")
         restore, copies = ({}, {}) if action.rejoin else (self.relay.plan(nodes, action),
                                                            self.relay.plan_snapshot(nodes, action))
+        # Once per round, not per member: every member's message shares the machines and their encoded bytes.
+        machines = RoundMachines.of(action.nodes, action.workers)
         for assignment in action.assignments:
             members.deliver(assignment.node_id, M.Round(
                 round=action.round, node_rank=assignment.node_rank, world_size=action.world_size,
-                workers=list(action.workers), first_index=assignment.first_index,
-                nodes=[list(n) for n in action.nodes], restore=restore.get(assignment.node_id),
+                first_index=assignment.first_index, machines=machines, restore=restore.get(assignment.node_id),
                 snapshot=copies.get(assignment.node_id)))
         members.commit(action)
         if not action.rejoin:  # after the round's messages: the machine asked to upload knows the round

