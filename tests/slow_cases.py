@@ -21,6 +21,7 @@ SLOW_MODULES = (
     "tests/unit/elastic/agent/test_agent_in_process.py",
     "tests/unit/elastic/tcp/test_rdzv_hostile.py",
     "tests/unit/elastic/tcp/test_rdzv_server.py",
+    "tests/unit/elastic/tcp/test_rdzv_storms.py",
     "tests/unit/elastic/tcp/test_rdzv_trust.py",
 )
 
