@@ -2,9 +2,10 @@
 real ``tfdist launch`` agent of one elastic job (--nnodes 16) against the built-in TCP rendezvous that machine 1's
 agent serves. The task is a stand-in (no TensorFlow): it prints what its launcher gave it and exits 0.
 
-Before issue 33 a burst like this could lose machines in admission (an agent evicted mid-handshake quit with exit 2
-or 3) and a fixed-size job then waited out --rdzv-timeout; here every machine must be in the first round, every
-task must see a world of 16, and every agent must finish with status 0."""
+Every machine must be in the first round, every task must see a world of 16, and every agent must finish with
+status 0. Real launchers start over a few seconds on two cores, not in the same millisecond: this passes on the tree
+before issue 33 too (at 16 and at 64 machines); the in-process bursts (test_rdzv_fleet.py, test_rdzv_storms.py) are
+the ones that are tight enough to fail there."""
 from __future__ import annotations
 
 import re
