@@ -106,7 +106,7 @@ def test_a_tenth_of_the_fleet_lost_at_once_the_next_round_has_exactly_the_surviv
             assert {r.round for r in again} == {1}
             survivor_names = {f"m{i}" for i in range(len(survivors))}
             assert all(_names(r) == survivor_names and r.world_size == len(survivors) for r in again)
-            assert {name for name in server.member_names()} == survivor_names and not lost_names & survivor_names
+            assert server.member_names() == survivor_names and not lost_names & survivor_names
             assert _losses(said) == LOST  # no survivor lost in the storm
         finally:
             _close(survivors)
@@ -214,7 +214,7 @@ def test_a_burst_of_strangers_while_the_job_trains_costs_the_members_nothing(mon
     monkeypatch.setattr(auth, "HANDSHAKE_S", 60.0)
     said: list[str] = []
     members = 64
-    with live_server(said=said, min_nodes=members, max_nodes=members, node_timeout=2.0) as server:
+    with live_server(said=said, min_nodes=members, max_nodes=members, node_timeout=3.0) as server:
         links = _fleet(server, members)
         stop = threading.Event()
         workers: list[threading.Thread] = []
@@ -245,7 +245,7 @@ def test_a_burst_of_strangers_while_the_job_trains_costs_the_members_nothing(mon
                 # A machine 100 ms away still reaches the rendezvous at its first try, and is told by the
                 # rendezvous itself (after both proved the secret) that the job is full: no stranger kept it out.
                 path = _SlowPath(server.address[1], 0.05, fleet_address(members))
-                late = RendezvousLink("127.0.0.1", "127.0.0.1", path.port, 2.0, secret=SECRET)
+                late = RendezvousLink("127.0.0.1", "127.0.0.1", path.port, 3.0, secret=SECRET)
                 try:
                     with pytest.raises(Refused, match=f"maximum of {members}"):
                         late.connect(_join("late"), time.monotonic() + 20, lambda: False)
