@@ -23,6 +23,7 @@ SLOW_MODULES = (
     "tests/unit/elastic/agent/test_agent_name_in_use.py",
     "tests/unit/elastic/tcp/test_rdzv_hostile.py",
     "tests/unit/elastic/tcp/test_rdzv_server.py",
+    "tests/unit/elastic/tcp/test_rdzv_storms.py",
     "tests/unit/elastic/tcp/test_rdzv_trust.py",
 )
 

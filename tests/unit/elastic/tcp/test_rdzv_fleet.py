@@ -37,16 +37,19 @@ def _join(name: str) -> dict:
     return dict(job="job", name=name, address="127.0.0.1", slots=1, node_rank=None, versions=VERSIONS)
 
 
-def burst(port: int, sources: list[str], *, patience: float = 60.0) -> list[RendezvousLink | BaseException]:
-    """Every agent connects at once (one thread each, released together); each one's link, or what it raised."""
+def burst(port: int, sources: list[str], *, patience: float = 60.0, names: list[str] | None = None,
+          secret: bytes = SECRET, node_timeout: float = 10.0) -> list[RendezvousLink | BaseException]:
+    """Every agent connects at once (one thread each, released together); each one's link, or what it raised.
+    ``names``: the machines' names (default ``m<index>``); ``node_timeout``: the job's (it paces the keep-alives)."""
     outcomes: list[RendezvousLink | BaseException | None] = [None] * len(sources)
     go = threading.Barrier(len(sources))
 
     def agent(index: int) -> None:
-        link = RendezvousLink("127.0.0.1", "127.0.0.1", port, 10.0, secret=SECRET, source=sources[index])
+        link = RendezvousLink("127.0.0.1", "127.0.0.1", port, node_timeout, secret=secret, source=sources[index])
         go.wait()
         try:
-            link.connect(_join(f"m{index}"), time.monotonic() + patience, lambda: False)
+            name = f"m{index}" if names is None else names[index]
+            link.connect(_join(name), time.monotonic() + patience, lambda: False)
             outcomes[index] = link
         except BaseException as bad:  # noqa: BLE001 - the test reports what each agent got
             outcomes[index] = bad
