@@ -1,0 +1,109 @@
+"""--firewall in host-file mode, across emulated machines with sshd (netns.py): ``tfdist launch --hosts A,B
+--firewall`` runs stand-in tasks that listen on their TF_CONFIG and metrics ports on every interface, as TensorFlow
+does (firewall_lib.py says why a stand-in). While the job runs each job machine reaches the other's ports and a third
+machine, outside the job, reaches none; after the job ends (success, failure, SIGTERM to the launcher, the launcher
+or one agent killed with SIGKILL) no machine holds a tfdist table."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.integration.firewall_lib import STAND_IN, reaches, task_addresses, tfdist_tables, wait_until_no_table
+from tests.integration.multilib import FAST, Agent
+from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
+from tfdist.launch.firewall.nft import find_nft
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(why_no_namespaces() or why_no_sshd(),
+                                 reason=str(why_no_namespaces() or why_no_sshd())),
+              pytest.mark.skipif(find_nft() is None,
+                                 reason="nft is not installed (.ci/system-deps.sh installs nftables)")]
+
+PORT, METRICS = 23456, 24100  # inside the machines' own namespaces: nothing else listens there
+STRANGER = 3
+TASKS = ["worker-0", "worker-1"]
+
+
+def _start(machines: Machines, tmp_path) -> tuple[Agent, dict[str, tuple[str, int, int]]]:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    driver = Agent(machines, 1, ["--hosts", f"{machines.address(1)},{machines.address(2)}", "-n", "1", *FAST,
+                                 "--firewall", "--port-base", str(PORT), "--metrics-port", str(METRICS),
+                                 "--metrics-host", "0.0.0.0", "--max-restarts", "0", "--", str(script),
+                                 str(tmp_path)], tmp_path).start()
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"up-{name}").exists() for name in TASKS):
+        assert driver.proc.poll() is None, driver.out + driver.err
+        assert time.monotonic() < deadline, "the tasks did not start:\n" + driver.err[-4000:]
+        time.sleep(0.1)
+    return driver, task_addresses(tmp_path, TASKS)
+
+
+def _machine_of(host: str, machines: Machines) -> int:
+    return next(i for i in range(1, machines.count + 1) if machines.address(i) == host)
+
+
+def _agent_pids(machines: Machines, i: int) -> list[int]:
+    """Machine ``i``'s agent (the one the driver started over ssh), found by the flag only agents get."""
+    found = []
+    for pid in machines.pids(i):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--agent-watch-stdin" in argv and b"tfdist" in argv and b"orphan_watcher" not in b" ".join(argv):
+            found.append(pid)
+    return found
+
+
+def _assert_only_the_job_reaches_the_ports(machines: Machines, tasks: dict[str, tuple[str, int, int]]) -> None:
+    for name, (host, port, metrics) in tasks.items():
+        here = _machine_of(host, machines)
+        other = 3 - here
+        for guarded in (port, metrics):
+            assert reaches(machines, here, host, guarded), f"{name}: its own machine cannot reach {guarded}"
+            assert reaches(machines, other, host, guarded), f"{name}: the job's other machine cannot reach {guarded}"
+            assert not reaches(machines, STRANGER, host, guarded), f"{name}: a machine outside the job reached {guarded}"
+
+
+@pytest.mark.parametrize("end", ["success", "failure", "sigterm", "launcher-sigkill", "agent-sigkill"])
+def test_a_host_file_job_under_firewall_is_closed_to_strangers_and_leaves_no_table(tmp_path, end):
+    with Machines(3, ssh=True) as machines:
+        driver, tasks = _start(machines, tmp_path)
+        assert sorted(tfdist_tables(machines)) == [1, 2], tfdist_tables(machines)  # the job's machines, each its own
+        _assert_only_the_job_reaches_the_ports(machines, tasks)
+        if end == "success":
+            (tmp_path / "stop").touch()
+            assert driver.wait(120) == 0, driver.err[-4000:]
+        elif end == "failure":
+            (tmp_path / "fail").touch()
+            assert driver.wait(120) not in (0, None), driver.err[-4000:]
+        elif end == "sigterm":
+            os.kill(driver.proc.pid, signal.SIGTERM)
+            assert driver.wait(120) == 143, driver.err[-4000:]
+        elif end == "launcher-sigkill":
+            os.kill(driver.proc.pid, signal.SIGKILL)  # the agents see their ssh connection close
+            driver.wait(30)
+        else:
+            # Machine 2's agent dies outright: only its orphan watcher is left to delete its table.
+            victims = _agent_pids(machines, 2)
+            assert victims, "no agent found on machine 2"
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            assert wait_until_no_table_on(machines, 2), tfdist_tables(machines)
+            os.kill(driver.proc.pid, signal.SIGTERM)
+            driver.wait(120)
+        assert wait_until_no_table(machines) == {}, driver.err[-4000:]
+
+
+def wait_until_no_table_on(machines: Machines, i: int, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while i in tfdist_tables(machines):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
