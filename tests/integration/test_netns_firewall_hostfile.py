@@ -107,3 +107,26 @@ def wait_until_no_table_on(machines: Machines, i: int, seconds: float = 30) -> b
             return False
         time.sleep(0.1)
     return True
+
+
+@pytest.mark.parametrize("how, named", [("flag", "--firewall"), ("twin", "TFDIST_LAUNCH_FIREWALL")])
+def test_a_host_that_cannot_load_the_table_is_refused_before_any_agent_starts(tmp_path, monkeypatch, how, named):
+    """Machine 2 has no nft: the driver's preflight refuses in one line naming the flag and the host, exit 2 (its
+    agent used to exit 2, be taken for a lost host and be started again every 10 s, the job never starting)."""
+    no_nft = tmp_path / "no-nft"
+    no_nft.write_text("")
+    no_nft.chmod(0o644)  # not executable: as if Debian's nftables were not installed there
+    script = tmp_path / "task.py"
+    script.write_text("open(__file__ + '.ran', 'w').close()\n")
+    if how == "twin":
+        monkeypatch.setenv("TFDIST_LAUNCH_FIREWALL", "1")
+    with Machines(2, ssh=True, sshd_mounts={2: {"/usr/sbin/nft": str(no_nft)}}) as machines:
+        driver = Agent(machines, 1, ["--hosts", f"{machines.address(1)},{machines.address(2)}", "-n", "1", *FAST,
+                                     *(["--firewall"] if how == "flag" else []), "--", str(script)], tmp_path).start()
+        assert driver.wait(120) == 2, driver.err[-4000:]
+        lines = driver.err.strip().splitlines()
+        assert len(lines) == 1, driver.err
+        assert f"{machines.address(2)}: {named} needs the nft program" in lines[0], lines[0]
+        assert machines.address(1) + ":" not in lines[0]  # the host that can is not named
+        assert not (tmp_path / "task.py.ran").exists()
+        assert tfdist_tables(machines) == {}
