@@ -15,7 +15,8 @@ from tests.integration.netns import Machines
 
 # Args: FOLDER. Listens on its TF_CONFIG port and, with --metrics-port, on its metrics port (both on every
 # interface), writes FOLDER/up-<type>-<index> ("host port metrics_port"), then exits 0 when FOLDER/stop appears,
-# 3 when FOLDER/fail does, 143 on SIGTERM.
+# 3 when FOLDER/fail does, 143 on SIGTERM. It keeps a heartbeat (tfdist.protocol.records) as a training task does, so
+# a rendezvous takes a waiting machine in (it stops a round for a joiner once every machine of it trains).
 STAND_IN = r"""
 import json, os, signal, socket, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -30,7 +31,13 @@ if metrics:
 with open(os.path.join(folder, f".up-{kind}-{index}"), "w") as out:
     out.write(f"{host} {port} {metrics or 0}\n")
 os.rename(os.path.join(folder, f".up-{kind}-{index}"), os.path.join(folder, f"up-{kind}-{index}"))
+beat, beaten = os.environ.get("TFDIST_HEARTBEAT_FILE"), 0.0
 while True:
+    if beat and time.time() - beaten > 1:
+        beaten = time.time()
+        with open(beat + ".tmp", "w") as out:
+            json.dump({"v": 1, "step": 1, "time": time.time(), "state": "training"}, out)
+        os.replace(beat + ".tmp", beat)
     if os.path.exists(os.path.join(folder, "stop")):
         sys.exit(0)
     if os.path.exists(os.path.join(folder, "fail")):
