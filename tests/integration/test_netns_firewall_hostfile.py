@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.integration.firewall_lib import STAND_IN, reaches, task_addresses, tfdist_tables, wait_until_no_table
+from tests.integration.firewall_lib import (STAND_IN, TENSORFLOW_TASK, reaches, task_addresses, tfdist_tables,
+                                           wait_until_no_table)
 from tests.integration.multilib import FAST, Agent
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 from tfdist.launch.firewall.nft import find_nft
@@ -27,14 +28,15 @@ STRANGER = 3
 TASKS = ["worker-0", "worker-1"]
 
 
-def _start(machines: Machines, tmp_path) -> tuple[Agent, dict[str, tuple[str, int, int]]]:
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
+def _start(machines: Machines, tmp_path, task: str = STAND_IN,
+           seconds: float = 120) -> tuple[Agent, dict[str, tuple[str, int, int]]]:
+    script = tmp_path / "task.py"
+    script.write_text(task)
     driver = Agent(machines, 1, ["--hosts", f"{machines.address(1)},{machines.address(2)}", "-n", "1", *FAST,
                                  "--firewall", "--port-base", str(PORT), "--metrics-port", str(METRICS),
                                  "--metrics-host", "0.0.0.0", "--max-restarts", "0", "--", str(script),
                                  str(tmp_path)], tmp_path).start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while not all((tmp_path / f"up-{name}").exists() for name in TASKS):
         assert driver.proc.poll() is None, driver.out + driver.err
         assert time.monotonic() < deadline, "the tasks did not start:\n" + driver.err[-4000:]
@@ -67,7 +69,7 @@ def _assert_only_the_job_reaches_the_ports(machines: Machines, tasks: dict[str, 
         for guarded in (port, metrics):
             assert reaches(machines, here, host, guarded), f"{name}: its own machine cannot reach {guarded}"
             assert reaches(machines, other, host, guarded), f"{name}: the job's other machine cannot reach {guarded}"
-            assert not reaches(machines, STRANGER, host, guarded), f"{name}: a machine outside the job reached {guarded}"
+            assert not reaches(machines, STRANGER, host, guarded), f"{name}: a stranger reached {guarded}"
 
 
 @pytest.mark.parametrize("end", ["success", "failure", "sigterm", "launcher-sigkill", "agent-sigkill"])
@@ -98,6 +100,17 @@ def test_a_host_file_job_under_firewall_is_closed_to_strangers_and_leaves_no_tab
             os.kill(driver.proc.pid, signal.SIGTERM)
             driver.wait(120)
         assert wait_until_no_table(machines) == {}, driver.err[-4000:]
+
+
+@pytest.mark.tf
+def test_a_real_tensorflow_host_file_job_under_firewall_is_closed_to_strangers(tmp_path):
+    """The same with TensorFlow's own gRPC servers at the TF_CONFIG ports (which bind every interface)."""
+    with Machines(3, ssh=True) as machines:
+        driver, tasks = _start(machines, tmp_path, TENSORFLOW_TASK, seconds=240)
+        _assert_only_the_job_reaches_the_ports(machines, tasks)
+        (tmp_path / "stop").touch()
+        assert driver.wait(120) == 0, driver.err[-4000:]
+        assert wait_until_no_table(machines) == {}
 
 
 def wait_until_no_table_on(machines: Machines, i: int, seconds: float = 30) -> bool:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.firewall_lib import STAND_IN, reaches, tfdist_tables, wait_until_no_table
+from tests.integration.firewall_lib import RELAXED, STAND_IN, reaches, tfdist_tables, wait_until_no_table
 from tests.integration.multilib import FAST, Agent, all_output, job_secret_file
 from tests.integration.netns import Machines, why_no_namespaces
 from tfdist.launch.firewall.nft import find_nft
@@ -22,9 +22,6 @@ pytestmark = [pytest.mark.slow,
 
 PORT, METRICS, LAUNCHER_METRICS = 23456, 24100, 25100  # inside the machines' own namespaces: free there
 NEWCOMER, STRANGER = 2, 3
-# FAST's 2 s keep-alive is missed under load and the job re-forms without the test's doing; the rounds here change
-# by a join and a SIGTERM (said to the rendezvous at once), so a looser one costs nothing.
-RELAXED = ["--node-timeout", "10"]
 
 
 def _agent(machines: Machines, i: int, tmp_path, secret: str, script) -> Agent:

@@ -1,12 +1,12 @@
 """What a machine reports before a multi-machine job starts, over the host-file driver's ssh session.
 
-``python -m tfdist.launch.ssh.host_probe [--firewall] [--mesh PEER_IP] SCRIPT`` prints one ``TFDIST-PROBE {json}`` line:
-versions, the working directory, whether the script is there, and with ``--firewall`` why this host cannot load the
-job's nftables table (null when it can), so the driver refuses before any agent starts. With ``--mesh`` it also listens on this machine's address on the
-route to ``PEER_IP`` (the address its agent will advertise), reads one JSON line from stdin listing every host's
-``address:port``, connects to each, prints ``TFDIST-MESH {json}`` (``{"address:port": "ok" | error}``), and keeps
-listening until stdin closes, so the others can finish their checks. Reads package metadata only: no TensorFlow
-import, so it takes milliseconds.
+``python -m tfdist.launch.ssh.host_probe [--firewall] [--mesh PEER_IP] SCRIPT`` prints one ``TFDIST-PROBE {json}``
+line: versions, the working directory, whether the script is there, and with ``--firewall`` why this host cannot load
+the job's nftables table (null when it can), so the driver refuses before any agent starts. With ``--mesh`` it also
+listens on this machine's address on the route to ``PEER_IP`` (the address its agent will advertise), reads one JSON
+line from stdin listing every host's ``address:port``, connects to each, prints ``TFDIST-MESH {json}``
+(``{"address:port": "ok" | error}``), and keeps listening until stdin closes, so the others can finish their checks.
+Reads package metadata only: no TensorFlow import, so it takes milliseconds.
 """
 from __future__ import annotations
 
