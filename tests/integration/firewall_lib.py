@@ -28,10 +28,10 @@ folder = sys.argv[1]
 config = json.loads(os.environ["TF_CONFIG"])
 kind, index = config["task"]["type"], config["task"]["index"]
 host, _, port = config["cluster"][kind][index].rpartition(":")
-listeners = [socket.create_server(("0.0.0.0", int(port)), backlog=64)]
 metrics = os.environ.get("TFDIST_METRICS_PORT", "")
-if metrics:
-    listeners.append(socket.create_server(("0.0.0.0", int(metrics)), backlog=64))
+# The metrics port first: once the TensorFlow port answers, both listen (a reset from either is then the firewall's).
+early = [socket.create_server(("0.0.0.0", int(metrics)), backlog=64)] if metrics else []
+listeners = [socket.create_server(("0.0.0.0", int(port)), backlog=64)]
 with open(os.path.join(folder, f".up-{kind}-{index}"), "w") as out:
     out.write(f"{host} {port} {metrics or 0}\n")
 os.rename(os.path.join(folder, f".up-{kind}-{index}"), os.path.join(folder, f"up-{kind}-{index}"))
@@ -59,11 +59,41 @@ TENSORFLOW_TASK = STAND_IN.replace(
 assert TENSORFLOW_TASK != STAND_IN
 
 
+def probe(machines: Machines, i: int, target: str, port: int) -> str:
+    """Machine ``i`` opens a TCP connection to ``target:port``: ``"open"``, ``"reset"`` (refused: the firewall's reset,
+    or nothing listening) or what else happened (a timeout on a loaded machine, say)."""
+    code = ("import socket\n"
+            "try:\n"
+            f"    socket.create_connection(({target!r}, {port}), 2).close(); print('open')\n"
+            "except ConnectionRefusedError:\n"
+            "    print('reset')\n"
+            "except OSError as failed:\n"
+            "    print(failed)\n")
+    done = subprocess.run(machines.command(i, [sys.executable, "-I", "-S", "-c", code]), capture_output=True,
+                          text=True, timeout=30)
+    return done.stdout.strip() or done.stderr.strip()[-200:]
+
+
 def reaches(machines: Machines, i: int, target: str, port: int) -> bool:
-    """Machine ``i`` opens a TCP connection to ``target:port`` (a reset or a timeout: False)."""
-    probe = f"import socket; socket.create_connection(({target!r}, {port}), 2).close()"
-    return subprocess.run(machines.command(i, [sys.executable, "-I", "-S", "-c", probe]), capture_output=True,
-                          timeout=30).returncode == 0
+    """Machine ``i`` opens a TCP connection to ``target:port``."""
+    return probe(machines, i, target, port) == "open"
+
+
+def shut_out(machines: Machines, i: int, target: str, port: int) -> bool:
+    """Machine ``i``'s connection to ``target:port`` is answered with a reset (checked where the port is known to
+    listen, that is the firewall's): a timeout proves nothing, so it is not taken for one."""
+    return probe(machines, i, target, port) == "reset"
+
+
+def reaches_soon(machines: Machines, i: int, target: str, port: int, seconds: float = 30) -> bool:
+    """:func:`reaches` within ``seconds``: on a loaded machine a probe can miss its 2 s (a stranger's probe is never
+    retried: one connection it opens is the failure)."""
+    deadline = time.monotonic() + seconds
+    while not reaches(machines, i, target, port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def tables(machines: Machines, i: int) -> str:

@@ -98,6 +98,52 @@ def test_a_launcher_killed_with_sigkill_leaves_no_table():
         assert holder.table not in tables(machines, 1)
 
 
+# The machine's own outgoing connection from a guarded port while no task listens there (between rounds; any program
+# can get such a port from the kernel then): the far side's answers must pass, whoever it is.
+OUTGOING = r"""
+import socket, sys
+from tfdist.launch.firewall import Firewall
+port, far, member = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+wall = Firewall.open("job-1", [port])
+try:
+    wall.admit([member])
+    out = socket.socket()
+    out.bind(("0.0.0.0", port))
+    out.settimeout(3)
+    try:
+        out.connect((far, FAR_PORT))
+        print("connected", flush=True)
+    except OSError as failed:
+        print("failed", failed, flush=True)
+finally:
+    wall.close()
+"""
+FAR_PORT = 8000
+
+
+def test_the_answers_to_the_machines_own_connection_from_a_guarded_port_pass():
+    """Before, the far side's SYN-ACK to a guarded local port was answered with a reset (it is no member), so the
+    connection never opened: --firewall broke the machine's other traffic whenever the kernel gave it such a port."""
+    serve = f"import socket, time; s = socket.create_server(('0.0.0.0', {FAR_PORT})); time.sleep(120)"
+    with Machines(3) as machines:
+        far = subprocess.Popen(machines.command(3, [sys.executable, "-c", serve]))
+        try:
+            deadline = time.monotonic() + 30
+            while not reaches(machines, 3, machines.address(3), FAR_PORT):
+                assert far.poll() is None and time.monotonic() < deadline, "the far side did not listen"
+                time.sleep(0.1)
+            script = OUTGOING.replace("FAR_PORT", str(FAR_PORT))
+            done = subprocess.run(machines.command(1, [sys.executable, "-c", script, str(PORT), machines.address(3),
+                                                       machines.address(2)]),
+                                  env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}, capture_output=True,
+                                  text=True, timeout=60)
+            assert done.stdout.strip() == "connected", done.stdout + done.stderr
+            assert "tfdist-" not in tables(machines, 1)
+        finally:
+            far.kill()
+            far.wait()
+
+
 # A real task: TensorFlow's own gRPC server at its TF_CONFIG port, up until the test says stop.
 TASK = r"""
 import os, sys, time

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.integration.firewall_lib import RELAXED, STAND_IN, reaches, tfdist_tables, wait_until_no_table
+from tests.integration.firewall_lib import (RELAXED, STAND_IN, reaches, reaches_soon, shut_out, tfdist_tables,
+                                           wait_until_no_table)
 from tests.integration.multilib import FAST, Agent, all_output, job_secret_file
 from tests.integration.netns import Machines, why_no_namespaces
 from tfdist.launch.firewall.nft import find_nft
@@ -61,8 +62,8 @@ def test_each_round_admits_its_machines_only_the_newcomer_in_and_the_leaver_out(
         _round_on(first, 1, 0, agents)
         _listening(machines, 1, PORT, agents)
         for port in (PORT, METRICS, LAUNCHER_METRICS):
-            assert not reaches(machines, NEWCOMER, home, port), port
-            assert not reaches(machines, STRANGER, home, port), port
+            assert shut_out(machines, NEWCOMER, home, port), port
+            assert shut_out(machines, STRANGER, home, port), port
         # Machine 2 joins: the round that takes it in admits it, before its tasks listen.
         mark = first.mark()[1]
         agents.append(_agent(machines, NEWCOMER, tmp_path, secret, script))
@@ -71,12 +72,12 @@ def test_each_round_admits_its_machines_only_the_newcomer_in_and_the_leaver_out(
         _listening(machines, NEWCOMER, PORT, agents)
         newcomer = machines.address(NEWCOMER)
         for port in (PORT, METRICS, LAUNCHER_METRICS):
-            assert reaches(machines, NEWCOMER, home, port), port
+            assert reaches_soon(machines, NEWCOMER, home, port), port
         for port in (PORT, METRICS + 1, LAUNCHER_METRICS):  # worker 1 serves its metrics on --metrics-port + 1
-            assert reaches(machines, 1, newcomer, port), port
-            assert not reaches(machines, STRANGER, newcomer, port), port
+            assert reaches_soon(machines, 1, newcomer, port), port
+            assert shut_out(machines, STRANGER, newcomer, port), port
         for port in (PORT, METRICS, LAUNCHER_METRICS):
-            assert not reaches(machines, STRANGER, home, port), port
+            assert shut_out(machines, STRANGER, home, port), port
         assert sorted(tfdist_tables(machines)) == [1, NEWCOMER]
         # Machine 2 leaves: the next round, on machine 1 alone, no longer admits it.
         mark = first.mark()[1]
@@ -85,7 +86,7 @@ def test_each_round_admits_its_machines_only_the_newcomer_in_and_the_leaver_out(
         _round_on(first, 1, mark, agents)
         _listening(machines, 1, PORT, agents)
         for port in (PORT, METRICS, LAUNCHER_METRICS):
-            assert not reaches(machines, NEWCOMER, home, port), port
+            assert shut_out(machines, NEWCOMER, home, port), port
         assert NEWCOMER not in tfdist_tables(machines)  # its agent deleted its own table on the way out
         (tmp_path / "stop").touch()
         assert first.wait(120) == 0, all_output(agents)[-4000:]
