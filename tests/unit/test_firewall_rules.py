@@ -60,6 +60,13 @@ def test_ports_and_both_families_of_members_are_written():
     assert text.index('iifname "lo" accept') < text.index("ip saddr @members4 accept") < text.index("reject")
 
 
+def test_answers_to_the_machines_own_connections_pass_before_the_reset():
+    """A guarded port nothing listens on may be the local port of this machine's own outgoing connection; its far side's
+    answers come in the reply direction (a stranger's connection never does)."""
+    text = render(Guard.of("tfdist-job-0123abcd", [2222], ["198.18.0.1"]))
+    assert text.index("tcp dport != { 2222 } accept") < text.index("ct direction reply accept") < text.index("reject")
+
+
 def test_the_file_replaces_the_table_in_one_transaction():
     lines = render(Guard.of("tfdist-job-0123abcd", [1], [])).splitlines()
     assert lines[:3] == ["table inet tfdist-job-0123abcd {}", "delete table inet tfdist-job-0123abcd",

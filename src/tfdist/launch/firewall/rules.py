@@ -7,7 +7,10 @@ deletes it and defines it again, which nft applies as one transaction, so there 
 members gone and the new ones not yet admitted, and a rerun with a new round's members replaces everything.
 
 Within the table: loopback and the round's machines pass; any other source is answered with a TCP reset on the
-guarded ports only (the rest of the machine's traffic is not this table's business: ``policy accept``).
+guarded ports only (the rest of the machine's traffic is not this table's business: ``policy accept``). Answers to a
+connection this machine opened pass too (conntrack's reply direction): while no task listens on a guarded port (between
+rounds, after the tasks), the kernel may give it to any program's outgoing connection, whose far side is no member.
+A connection someone else opened is always in the original direction, so a stranger cannot pass that way.
 """
 from __future__ import annotations
 
@@ -91,8 +94,9 @@ def render(guard: Guard) -> str:
     lines += ["\tchain input {", f"\t\ttype filter hook input priority {_PRIORITY}; policy accept;"]
     if guard.ports:
         ports = f"{{ {_elements(sorted(guard.ports))} }}"
-        lines += ['\t\tiifname "lo" accept', f"\t\ttcp dport != {ports} accept", "\t\tip saddr @members4 accept",
-                  "\t\tip6 saddr @members6 accept", f"\t\ttcp dport {ports} reject with tcp reset"]
+        lines += ['\t\tiifname "lo" accept', f"\t\ttcp dport != {ports} accept", "\t\tct direction reply accept",
+                  "\t\tip saddr @members4 accept", "\t\tip6 saddr @members6 accept",
+                  f"\t\ttcp dport {ports} reject with tcp reset"]
     lines += ["\t}", "}"]
     return "\n".join(lines) + "\n"
 

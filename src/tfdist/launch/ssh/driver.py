@@ -37,6 +37,7 @@ SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAl
 # Forwarded to every host, as ssh sends no environment by default: where tfdist is imported from, TF's log level.
 FORWARDED_ENV = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
 PREFLIGHT_TIMEOUT_S = 60.0
+FIREWALL_FLAG = "--firewall"  # forwarded to the agents: each host must be able to load its nftables table
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,9 @@ class _Session:
     def __init__(self, spec: DriverSpec, entry: HostEntry, rendezvous_ip: str) -> None:
         shape, rest = _split_target(spec.target)
         script = rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
-        remote = _remote(spec, [spec.python, "-m", "tfdist.launch.ssh.host_probe", "--mesh", rendezvous_ip, script])
+        firewall = ["--firewall"] if FIREWALL_FLAG in spec.agent_args else []  # every agent will load a table
+        remote = _remote(spec, [spec.python, "-m", "tfdist.launch.ssh.host_probe", *firewall, "--mesh", rendezvous_ip,
+                                script])
         self.entry = entry
         self.lines: list[str] = []
         self.proc = subprocess.Popen(ssh_command(entry.host, remote), stdin=subprocess.PIPE,
@@ -173,6 +176,9 @@ def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
                                 for host, r in reports.items())
             raise UsageError(f"preflight: versions differ between hosts: {listing}",
                              hint="install the same Python, TensorFlow and tfdist on every host")
+        cannot = [f"{host}: {r['firewall']}" for host, r in reports.items() if r.get("firewall")]
+        if cannot:  # else that host's agent would exit 2 and be probed again and again, the job never starting
+            raise UsageError("preflight: " + "; ".join(printable(c, 400) for c in cannot))
         missing = [host for host, r in reports.items() if r.get("script") is False]
         if missing:
             raise UsageError(f"preflight: {_split_target(spec.target)[1][0]} is missing in "

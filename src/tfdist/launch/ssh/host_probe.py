@@ -1,11 +1,12 @@
 """What a machine reports before a multi-machine job starts, over the host-file driver's ssh session.
 
-``python -m tfdist.launch.ssh.host_probe [--mesh PEER_IP] SCRIPT`` prints one ``TFDIST-PROBE {json}`` line: versions, the
-working directory, whether the script is there. With ``--mesh`` it also listens on this machine's address on the
-route to ``PEER_IP`` (the address its agent will advertise), reads one JSON line from stdin listing every host's
-``address:port``, connects to each, prints ``TFDIST-MESH {json}`` (``{"address:port": "ok" | error}``), and keeps
-listening until stdin closes, so the others can finish their checks. Reads package metadata only: no TensorFlow
-import, so it takes milliseconds.
+``python -m tfdist.launch.ssh.host_probe [--firewall] [--mesh PEER_IP] SCRIPT`` prints one ``TFDIST-PROBE {json}``
+line: versions, the working directory, whether the script is there, and with ``--firewall`` why this host cannot load
+the job's nftables table (null when it can), so the driver refuses before any agent starts. With ``--mesh`` it also
+listens on this machine's address on the route to ``PEER_IP`` (the address its agent will advertise), reads one JSON
+line from stdin listing every host's ``address:port``, connects to each, prints ``TFDIST-MESH {json}``
+(``{"address:port": "ok" | error}``), and keeps listening until stdin closes, so the others can finish their checks.
+Reads package metadata only: no TensorFlow import, so it takes milliseconds.
 """
 from __future__ import annotations
 
@@ -47,12 +48,17 @@ def _reach(target: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    peer = None
+    peer, firewall = None, argv[:1] == ["--firewall"]
+    argv = argv[1:] if firewall else argv
     if argv[:1] == ["--mesh"]:
         peer, argv = argv[1], argv[2:]
     script = argv[0] if argv and argv[0] else None
     report: dict = {"versions": versions(), "cwd": os.getcwd(),
                     "script": None if script is None else os.path.isfile(script)}
+    if firewall:
+        from tfdist.launch.firewall.nft import find_nft, why_not
+
+        report["firewall"] = why_not(find_nft())
     listener = None
     if peer is not None:
         from tfdist.launch.elastic.netaddr import route_address
