@@ -11,10 +11,13 @@ import pytest
 
 from tfdist.launch.elastic.etcd.coordinator import Coordinator
 from tfdist.launch.elastic.etcd.keys import JobKeys
-from tfdist.launch.elastic.etcd.store import Entry, seal, unseal
+from tfdist.launch.elastic.etcd.records import RunIdentity, Sealer
+from tfdist.launch.elastic.etcd.store import Entry
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 
 SECRET = b"job-secret-for-tests"
+RUN = RunIdentity(cluster=0x1234, revision=5)
+RECORDS = Sealer(SECRET, str(RUN))
 
 
 class RecordingStore:
@@ -32,14 +35,14 @@ def _coordinator() -> tuple[Coordinator, RecordingStore, list[str]]:
     store, said = RecordingStore(), []
     settings = RendezvousSettings(job="joins", min_nodes=1, max_nodes=4, node_timeout=5.0)
     keys = JobKeys("/tfdist", "joins")
-    coordinator = Coordinator(store, keys, settings, SECRET, claim=1, me="00000000000000aa",  # type: ignore[arg-type]
-                              say=said.append, stop=threading.Event())
+    coordinator = Coordinator(store, keys, settings, RECORDS, RUN, claim=1,  # type: ignore[arg-type]
+                              me="00000000000000aa", say=said.append, stop=threading.Event())
     return coordinator, store, said
 
 
 def _join_entry(keys: JobKeys, lease: str, record: dict[str, Any], revision: int) -> Entry:
     key = keys.node(lease)
-    return Entry(key=key, value=seal(SECRET, key, record), create_revision=revision, mod_revision=revision, lease=0)
+    return Entry(key=key, value=RECORDS.seal(key, record), create_revision=revision, mod_revision=revision, lease=0)
 
 
 GOOD = {"job": "joins", "name": "m0", "address": "10.0.0.1", "slots": 1, "node_rank": None, "versions": {}}
@@ -47,7 +50,8 @@ GOOD = {"job": "joins", "name": "m0", "address": "10.0.0.1", "slots": 1, "node_r
 
 def _answer(coordinator: Coordinator, store: RecordingStore, lease: str) -> dict[str, Any] | None:
     key = coordinator.keys.to_node(lease)
-    return None if key not in store.puts else unseal(SECRET, key, store.puts[key])
+    opened = None if key not in store.puts else RECORDS.open(key, store.puts[key])
+    return None if opened is None else opened[1]
 
 
 def test_a_good_join_record_is_welcomed():
