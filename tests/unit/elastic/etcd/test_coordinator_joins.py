@@ -74,3 +74,28 @@ def test_a_join_record_the_tcp_server_would_refuse_is_refused_and_never_admitted
     assert answer is not None and answer["type"] == "refused" and reason in answer["reason"], (answer, said)
     assert answer["status"] == 2
     assert coordinator.policy.nodes == {}
+
+
+@pytest.mark.parametrize("positions, acted_on", [((2, 3), 2), ((3, 3), 1), ((3, 2), 1), ((1, 2), 2)])
+def test_a_machines_message_put_back_after_a_newer_one_is_not_acted_on(positions, acted_on):
+    coordinator, _store, said = _coordinator()
+    lease = "00000000000000b3"
+    coordinator._on_event(_join_entry(coordinator.keys, lease, GOOD, 9))
+    handled: list[dict[str, Any]] = []
+    coordinator._dispatch = lambda _node, record, _now: handled.append(record)  # type: ignore[method-assign]
+    key = coordinator.keys.from_node(lease)
+    for position in positions:
+        value = RECORDS.seal(key, {"type": "ready", "ports": [20000 + position]}, (position,))
+        coordinator._on_event(Entry(key=key, value=value, create_revision=10, mod_revision=10 + position, lease=0))
+    assert len(handled) == acted_on, (handled, said)
+    assert (acted_on == 1) is any("put back after a newer one" in line for line in said)
+
+
+def test_a_record_of_another_run_is_ignored_with_one_line():
+    coordinator, store, said = _coordinator()
+    other = Sealer(SECRET, str(RunIdentity(cluster=0x1234, revision=4)))
+    key = coordinator.keys.node("00000000000000b4")
+    for _ in range(3):
+        coordinator._on_event(Entry(key=key, value=other.seal(key, GOOD), create_revision=8, mod_revision=8, lease=0))
+    assert coordinator.policy.nodes == {} and store.puts == {}
+    assert len([line for line in said if "ignored the record at" in line]) == 1, said

@@ -56,9 +56,10 @@ class Coordinator:
         self._last_ok = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------------------------------
-    def run(self) -> bool:
-        """Coordinate until the job is over, the claim is lost, etcd is gone for node_timeout, or ``stop``. True
-        when the run is over (nobody needs to coordinate it again)."""
+    def run(self) -> str:
+        """Coordinate until the job is over, the claim is lost, etcd is gone for node_timeout, or ``stop``. Returns
+        ``"over"`` when the run ended (its finish is on its way to every machine), ``"gone"`` when its anchor was
+        deleted without a finish (the machines must join again: a new run), else ``""`` (campaign again)."""
         watches = []
         try:
             revision = self._take_over()
@@ -67,10 +68,10 @@ class Coordinator:
                                                 lambda why: self.events.put(why)))
             while not self.stop.is_set():
                 if not self._step():
-                    return True
+                    return "over"
         except _RunOver as over:
             self.say(f"stepping down: {over}")
-            return True
+            return over.how
         except _ClaimLost as lost:
             self.say(f"stepping down: {lost}")
         finally:
@@ -106,7 +107,11 @@ class Coordinator:
         by_key = {e.key: e for e in entries}
         anchor = by_key.get(self.keys.run)
         if self.run_id is not None and (anchor is None or anchor.create_revision != self.run_id.revision):
-            raise _RunOver(f"the run's anchor {self.keys.run} is gone: this run ended")
+            opened = by_key.get(self.keys.finish) and self.records.for_run("").open(self.keys.finish,
+                                                                                   by_key[self.keys.finish].value)
+            if opened and opened[1].get("run") == str(self.run_id):
+                raise _RunOver("the job is over", "over")
+            raise _RunOver(f"the run's anchor {self.keys.run} was deleted: the machines join a new run", "gone")
         state = self._open(by_key.get(self.keys.state)) or {}
         record = self._open(by_key.get(self.keys.round)) or {}
         policy = self.policy
@@ -353,6 +358,10 @@ class _ClaimLost(Exception):
 
 class _RunOver(_ClaimLost):
     """This coordinator's run ended (its anchor is gone): nobody coordinates it again."""
+
+    def __init__(self, why: str, how: str) -> None:
+        super().__init__(why)
+        self.how = how
 
 
 def _stable(state: dict[str, Any]) -> str:

@@ -61,6 +61,7 @@ class EtcdLink:
         self._closed = threading.Event()
         self._last_ok = time.monotonic()
         self._expired = False
+        self._expired_why = "this machine's etcd lease expired"
         self._seq = 0
         self._round_seen = -1
         self._watches: list[Any] = []
@@ -173,7 +174,7 @@ class EtcdLink:
 
     def _check_alive(self) -> None:
         if self._expired:
-            raise EtcdLost("this machine's etcd lease expired")
+            raise EtcdLost(self._expired_why)
         silent = time.monotonic() - self._last_ok
         if silent > self.settings.node_timeout:
             raise EtcdLost(f"etcd at {self.conf.where} did not answer for {silent:.0f}s")
@@ -249,13 +250,16 @@ class EtcdLink:
                 self.coordinating = True
                 self.say("coordinating the rendezvous in etcd")
                 try:
-                    over = Coordinator(self.store, self.keys, self.settings, self.records, self.run, claimed,
+                    ended = Coordinator(self.store, self.keys, self.settings, self.records, self.run, claimed,
                                        self.name, say=lambda m: self.say(f"coordinator: {m}"), stop=self._closed,
                                        compact=self.conf.compact).run()
                 finally:
                     self.coordinating = False
-                if over:
-                    return  # the run ended (its finish is on its way to every machine): nothing to coordinate
+                if ended == "gone":  # someone deleted the run's anchor: leave, and join the new run
+                    self._expired_why = "the run's anchor in etcd was deleted (a new run begins)"
+                    self._expired = True
+                if ended:
+                    return  # the run is over (its finish is on its way to every machine): nothing to coordinate
                 continue
             # Someone else coordinates: wait for its key to go (the watch), re-checking now and then.
             self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
