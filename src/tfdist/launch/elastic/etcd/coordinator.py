@@ -10,7 +10,9 @@ backends share min/max nodes, rounds, elastic loss and growth, failure blame and
 - the policy's counters are written to ``state`` as they change, so a coordinator that takes over (the previous
   one's machine was lost) carries on with the same round numbers, restart budget and left-out machines, adopts the
   running round when all its machines are still there, and otherwise stops it, as the built-in server would for a
-  lost machine.
+  lost machine;
+- every record is sealed for the run and positioned (``records.py``): a machine's messages by its counter, this
+  coordinator's by (claim, counter), the round's record by its number; what does not open is ignored, once said.
 """
 from __future__ import annotations
 

@@ -8,6 +8,10 @@ coordinator (create-if-absent on one key attached to its lease); the winner runs
 server (``etcd_coordinator.py``) and any other agent takes over when its lease goes. So losing any machine, the
 first one included, or etcd's leader, stops at most the current round, never the job.
 
+Every record is sealed for this run and its position (``records.py``); the run is the one ``run.join_run`` finds or
+starts. A message from the coordinator is acted on only when its position is past the last one, so one put back
+(a ``round`` again) is refused; anything that does not open is ignored with one line per key, never fatal.
+
 The rendezvous counts as lost when etcd did not answer for ``node_timeout`` seconds or this machine's lease is gone
 (``Lost``, graceful: the workers save at the current step first, as etcd itself -- not a peer -- is what went away).
 """
@@ -29,7 +33,8 @@ from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
-ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64 + JSON stay under etcd's 1.5 MiB request limit
+ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64, JSON, sealing and base64 again (about 700 KiB)
+# stay under etcd's 1.5 MiB request limit
 
 
 class EtcdLost(Lost):
