@@ -10,7 +10,7 @@ import pytest
 from tfdist.launch.elastic.etcd.keys import lease_name
 from tfdist.launch.elastic.etcd.records import (CLOCK_SKEW_S, FINISH_FRESH_S, RunIdentity, Sealer, finish_applies,
                                                 is_newer)
-from tfdist.launch.elastic.etcd.run import OnceSaid, claim_verdict
+from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid, claim_verdict
 from tfdist.launch.elastic.etcd.store import Entry
 
 SECRET = bytes(range(32))
@@ -143,4 +143,7 @@ def test_an_unreadable_key_is_said_once():
     for _ in range(3):
         junk("/tfdist/j/coordinator")
     junk("/tfdist/j/run")
-    assert len(said) == 2 and "/tfdist/j/coordinator" in said[0]
+    junk("/tfdist/j/to/b1", PUT_BACK)
+    junk("/tfdist/j/to/b1", PUT_BACK)
+    assert len(said) == 3 and "/tfdist/j/coordinator" in said[0] and "put back" in said[2]
+    assert junk.unopened == ["/tfdist/j/coordinator", "/tfdist/j/run"]

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
-from tfdist.launch.elastic.etcd.run import OnceSaid
+from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid
 from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.conductor import Conductor, Refusal
 from tfdist.launch.elastic.rendezvous.membership_types import (
@@ -191,7 +191,7 @@ class Coordinator:
             return
         position, message = opened
         if not is_newer(position, self.seen_seq.get(lease)):
-            self.junk(f"{entry.key}@{list(position)}", "is a message put back after a newer one")
+            self.junk(entry.key, PUT_BACK)
             return
         self.seen_seq[lease] = position
         self._dispatch(self.id_of[lease], message, time.monotonic())

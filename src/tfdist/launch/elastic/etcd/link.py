@@ -27,7 +27,7 @@ from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed
 from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
-from tfdist.launch.elastic.etcd.run import JobOver, OnceSaid, claim_verdict, join_run
+from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.status import ExitStatus
@@ -127,8 +127,10 @@ class EtcdLink:
                 self._check_alive()
                 if time.monotonic() > deadline or give_up():
                     self.close()
-                    hint = (f" (ignored unreadable records at {', '.join(sorted(self.junk.keys))}: every machine "
-                            "needs the same job secret)") if self.junk.keys else ""
+                    unopened = self.junk.unopened
+                    hint = (f" (ignored unreadable records at {', '.join(unopened[:3])}"
+                            f"{', ...' if len(unopened) > 3 else ''}: every machine needs the same job secret)"
+                            ) if unopened else ""
                     raise TimeoutError(f"no coordinator answered in etcd at {self.conf.where} in time{hint}") \
                         from None
                 continue
@@ -149,7 +151,7 @@ class EtcdLink:
                 continue
             position, raw = opened
             if not is_newer(position, self._last_to):  # put back after a newer one: acted on already
-                self.junk(f"{entry.key}@{list(position)}", "is a message put back after a newer one")
+                self.junk(entry.key, PUT_BACK)
                 continue
             self._last_to = position
             try:  # checked as the built-in backend checks a frame: the agent gets the same typed messages

@@ -22,18 +22,27 @@ from tfdist.launch.elastic.etcd.records import RunIdentity, Sealer, finish_appli
 from tfdist.launch.elastic.etcd.store import Entry, EtcdStore
 
 
+UNOPENED = ("does not open with this job secret for this run (another job secret, another run, or written by someone "
+            "without the secret)")
+PUT_BACK = "is a message put back after a newer one (acted on already)"
+
+
 class OnceSaid:
     """Says each unreadable key once: a writer repeating its junk must not flood the agent's log."""
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self.keys: set[str] = set()
+        self._said: set[tuple[str, str]] = set()
 
-    def __call__(self, key: str, what: str = "does not open with this job secret for this run") -> None:
-        if key not in self.keys:
-            self.keys.add(key)
-            self.say(f"ignored the record at {key}: it {what} (another job secret, another run, or written by "
-                     "someone without the secret)")
+    def __call__(self, key: str, what: str = UNOPENED) -> None:
+        if (key, what) not in self._said:
+            self._said.add((key, what))
+            self.say(f"ignored the record at {key}: it {what}")
+
+    @property
+    def unopened(self) -> list[str]:
+        """The keys whose records did not open (for the one line a machine that gets no answer ends with)."""
+        return sorted(key for key, what in self._said if what == UNOPENED)
 
 
 class JobOver(Exception):
