@@ -172,3 +172,20 @@ def test_the_job_leaves_no_keys_and_with_compact_yes_no_history(etcd):
     _wait(lambda: any("compacted etcd's history" in line for a in agents for line in a.said), "not compacted")
     old = etcd.etcdctl("get", "--prefix", "/tfdist/gone/", f"--rev={during}")
     assert old.returncode != 0 and "compacted" in old.stderr, (old.stdout[:300], old.stderr)
+
+
+def test_a_deleted_run_anchor_makes_the_machines_join_again_rather_than_wait_for_a_dead_run(etcd):
+    # Deleting keys is denial of service (any etcd writer can): what must not happen is a machine left waiting for
+    # ever on a run nobody can coordinate. The coordinator's machine goes, the next one takes over, finds the run's
+    # anchor gone without a finish of this run, and its machine leaves to join a new run.
+    job = settings("anchor", 1, 2)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    assert etcd.etcdctl("del", "/tfdist/anchor/run").returncode == 0
+    boss = next(a for a in agents if a.link.coordinating)
+    boss.link._closed.set()
+    (survivor,) = [a for a in agents if a is not boss]
+    lost = survivor.outcome()
+    assert "anchor in etcd was deleted" in str(lost), (lost, survivor.said)
+    assert getattr(lost, "graceful", False), lost  # its workers save first: etcd, not a peer, went wrong
