@@ -16,6 +16,7 @@ SLOW_MODULES = (
     "tests/integration/test_backend_contract.py",
     "tests/integration/test_etcd_backend.py",
     "tests/integration/test_etcd_cluster.py",
+    "tests/integration/test_etcd_replay.py",
     "tests/integration/test_launch_ports.py",
     "tests/integration/test_launch_supervisor.py",
     "tests/integration/test_launch_task_secrets.py",

@@ -12,7 +12,10 @@ import pytest
 from tfdist.launch.elastic.agent import agent as agent_module
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.etcd.link import EtcdLink
-from tfdist.launch.elastic.etcd.store import Entry, parse_conf, seal
+import itertools
+
+from tfdist.launch.elastic.etcd.records import Sealer
+from tfdist.launch.elastic.etcd.store import Entry, parse_conf
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.outcome import Outcome
@@ -60,9 +63,13 @@ def _etcd_link() -> tuple[EtcdLink, list[str]]:
     return link, said
 
 
+_POSITIONS = itertools.count(1)  # the coordinator's message counter: each message is past the one before
+
+
 def _entry(link: EtcdLink, body: dict, secret: bytes = SECRET) -> Entry:
     key = link.keys.to_node(link.name)
-    return Entry(key=key, value=seal(secret, key, body), create_revision=1, mod_revision=1, lease=0)
+    value = Sealer(secret, link.records.run).seal(key, body, (1, next(_POSITIONS)))
+    return Entry(key=key, value=value, create_revision=1, mod_revision=1, lease=0)
 
 
 ROUND = {"type": "round", "round": 3, "node_rank": 0, "world_size": 1, "first_index": 0,
@@ -85,7 +92,7 @@ def test_the_etcd_link_drops_a_malformed_or_unproven_message_with_one_line_and_g
                  _entry(link, {"type": "stop", "round": 3, "graceful": False})])
     assert isinstance(link.next_message(0.1), M.Stop) and link.next_message(0.05) is None
     assert len(said) == 2 and "not a message of this protocol (world_size: expected a whole number" in said[0]
-    assert "does not prove the job secret" in said[1]
+    assert "ignored the record at" in said[1] and "another job secret" in said[1]
     assert link._round_seen == -1  # a round that failed its check is not seen
 
 

@@ -1,10 +1,10 @@
-"""The etcd backend's settings (--rdzv-endpoint list, --rdzv-conf key=value) and its signed records. Pure."""
+"""The etcd backend's settings (--rdzv-endpoint list, --rdzv-conf key=value) and what it asks of etcd at the end. Pure."""
 from __future__ import annotations
 
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.etcd.store import parse_conf, parse_endpoints, seal, unseal
+from tfdist.launch.elastic.etcd.store import parse_conf, parse_endpoints
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -58,13 +58,12 @@ def test_bad_conf_is_one_line_naming_the_key(pairs, env, fragment):
     assert fragment in str(raised.value) and "\n" not in str(raised.value)
 
 
-def test_sealed_records_open_only_with_the_secret_and_under_their_own_key():
-    record = seal(b"s", "/tfdist/j/nodes/1", {"address": "10.0.0.1", "slots": 2})
-    assert unseal(b"s", "/tfdist/j/nodes/1", record) == {"address": "10.0.0.1", "slots": 2}
-    assert unseal(b"other", "/tfdist/j/nodes/1", record) is None
-    assert unseal(b"s", "/tfdist/j/nodes/2", record) is None  # replayed under another key
-    tampered = record.replace(b"10.0.0.1", b"10.0.0.9")
-    assert unseal(b"s", "/tfdist/j/nodes/1", tampered) is None
-    assert unseal(b"s", "/tfdist/j/nodes/1", seal(None, "/tfdist/j/nodes/1", {"a": 1})) is None
-    assert unseal(None, "/k", b"not json") is None
-    assert unseal(None, "/k", seal(None, "/k", {"a": 1})) == {"a": 1}
+@pytest.mark.parametrize("value, expected", [(None, False), ("yes", True), ("no", False), ("on", True)])
+def test_compacting_at_the_end_is_asked_for_never_the_default(value, expected):
+    pairs = () if value is None else (f"compact={value}",)
+    assert parse_conf("e:1", pairs, 9.0, {}).compact is expected
+
+
+def test_a_compact_value_that_is_not_yes_or_no_names_the_fix():
+    with pytest.raises(UsageError, match="compact=yes or compact=no"):
+        parse_conf("e:1", ("compact=maybe",), 9.0, {})

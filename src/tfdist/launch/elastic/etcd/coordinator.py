@@ -10,7 +10,9 @@ backends share min/max nodes, rounds, elastic loss and growth, failure blame and
 - the policy's counters are written to ``state`` as they change, so a coordinator that takes over (the previous
   one's machine was lost) carries on with the same round numbers, restart budget and left-out machines, adopts the
   running round when all its machines are still there, and otherwise stops it, as the built-in server would for a
-  lost machine.
+  lost machine;
+- every record is sealed for the run and positioned (``records.py``): a machine's messages by its counter, this
+  coordinator's by (claim, counter), the round's record by its number; what does not open is ignored, once said.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ import time
 from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
-from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
+from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
+from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid
+from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.conductor import Conductor, Refusal
 from tfdist.launch.elastic.rendezvous.membership_types import (
     Finish, Phase, RendezvousSettings, RoundAction, StartRound, Stop,
@@ -35,14 +39,17 @@ AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change 
 
 
 class Coordinator:
-    def __init__(self, store: EtcdStore, keys: JobKeys, settings: RendezvousSettings, secret: bytes | None, claim: int,
-                 me: str, *, say: Callable[[str], None], stop: threading.Event) -> None:
-        self.store, self.keys, self.settings, self.secret = store, keys, settings, secret
-        self.claim, self.me, self.say, self.stop = claim, me, say, stop
+    def __init__(self, store: EtcdStore, keys: JobKeys, settings: RendezvousSettings, records: Sealer,
+                 run: RunIdentity | None, claim: int, me: str, *, say: Callable[[str], None], stop: threading.Event,
+                 compact: bool = False) -> None:
+        self.store, self.keys, self.settings, self.records, self.run_id = store, keys, settings, records, run
+        self.claim, self.me, self.say, self.stop, self.compact = claim, me, say, stop, compact
+        self.junk = OnceSaid(say)
+        self._sent = 0  # this coordinator's message counter: to/ positions are (claim, counter)
         self.policy = MembershipPolicy(settings, time.monotonic())
         self.lease_of: dict[int, str] = {}
         self.id_of: dict[str, int] = {}
-        self.seen_seq: dict[str, int] = {}
+        self.seen_seq: dict[str, Position] = {}
         self.events: queue.Queue[Entry | str] = queue.Queue()
         self.relay = BackupRelay(self._send_plain, say)
         self.conductor = Conductor(self.policy, self.relay, say)
@@ -51,8 +58,10 @@ class Coordinator:
         self._last_ok = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------------------------------
-    def run(self) -> None:
-        """Coordinate until the job is over, the claim is lost, etcd is gone for node_timeout, or ``stop``."""
+    def run(self) -> str:
+        """Coordinate until the job is over, the claim is lost, etcd is gone for node_timeout, or ``stop``. Returns
+        ``"over"`` when the run ended (its finish is on its way to every machine), ``"gone"`` when its anchor was
+        deleted without a finish (the machines must join again: a new run), else ``""`` (campaign again)."""
         watches = []
         try:
             revision = self._take_over()
@@ -61,7 +70,10 @@ class Coordinator:
                                                 lambda why: self.events.put(why)))
             while not self.stop.is_set():
                 if not self._step():
-                    return
+                    return "over"
+        except _RunOver as over:
+            self.say(f"stepping down: {over}")
+            return over.how
         except _ClaimLost as lost:
             self.say(f"stepping down: {lost}")
         finally:
@@ -95,8 +107,13 @@ class Coordinator:
     def _take_over(self) -> int:
         revision, entries = self._guarded(lambda: self.store.get_prefix(self.keys.root))
         by_key = {e.key: e for e in entries}
-        if self._open(by_key.get(self.keys.finish)) is not None:
-            raise _ClaimLost("the job is over")
+        anchor = by_key.get(self.keys.run)
+        if self.run_id is not None and (anchor is None or anchor.create_revision != self.run_id.revision):
+            opened = by_key.get(self.keys.finish) and self.records.for_run("").open(self.keys.finish,
+                                                                                   by_key[self.keys.finish].value)
+            if opened and opened[1].get("run") == str(self.run_id):
+                raise _RunOver("the job is over", "over")
+            raise _RunOver(f"the run's anchor {self.keys.run} was deleted: the machines join a new run", "gone")
         state = self._open(by_key.get(self.keys.state)) or {}
         record = self._open(by_key.get(self.keys.round)) or {}
         policy = self.policy
@@ -105,10 +122,10 @@ class Coordinator:
         latest: dict[str, dict[str, Any]] = {}
         for entry in entries:
             if entry.key.startswith(self.keys.inbox):
-                message = self._open(entry)
-                if message is not None:
-                    latest[JobKeys.lease_of(entry.key)] = message
-                    self.seen_seq[JobKeys.lease_of(entry.key)] = int(message.get("seq", 0))
+                opened = self._open_positioned(entry)
+                if opened is not None:
+                    latest[JobKeys.lease_of(entry.key)] = opened[1]
+                    self.seen_seq[JobKeys.lease_of(entry.key)] = opened[0]
         for entry in sorted((e for e in entries if e.key.startswith(self.keys.nodes)),
                             key=lambda e: e.create_revision):
             self._join(entry, welcome=latest.get(JobKeys.lease_of(entry.key), {}).get("type") == "hello")
@@ -169,13 +186,14 @@ class Coordinator:
             return
         if entry.deleted or lease not in self.id_of:
             return
-        message = self._open(entry)
-        if message is None:
+        opened = self._open_positioned(entry)
+        if opened is None:
             return
-        seq = int(message.get("seq", 0))
-        if seq <= self.seen_seq.get(lease, 0):
+        position, message = opened
+        if not is_newer(position, self.seen_seq.get(lease)):
+            self.junk(entry.key, PUT_BACK)
             return
-        self.seen_seq[lease] = seq
+        self.seen_seq[lease] = position
         self._dispatch(self.id_of[lease], message, time.monotonic())
 
     def _join(self, entry: Entry, *, welcome: bool) -> None:
@@ -212,27 +230,47 @@ class Coordinator:
             return None
 
     # -- actions: the conductor's Members port (_Transaction) writes them -------------------------------------------
-    def commit(self, action: RoundAction, puts: list[tuple[str, bytes, int | None]]) -> None:
-        """``action``'s messages (``puts``) in one transaction guarded by the claim, with what it changes: the
-        round's record and the policy's counters, or the job's end."""
+    def commit(self, action: RoundAction, messages: list[tuple[str, M.Message]]) -> None:
+        """``action``'s messages in one transaction guarded by the claim, with what it changes: the round's record
+        and the policy's counters, or the job's end (sealed here, in the order they are written: their positions
+        only go forward)."""
         keys = self.keys
+        puts = [self.message_put(lease, message) for lease, message in messages]
         if isinstance(action, StartRound):
             ids = ([i for i, n in self.policy.nodes.items() if n.in_round] if action.rejoin
                    else [a.node_id for a in action.assignments])
             chosen = [n for n in ids if n in self.lease_of]
             record = {"round": action.round, "members": [self.lease_of[n] for n in chosen],
                       "labels": [self.policy.nodes[n].label for n in chosen]}
-            self._txn(puts + [(keys.round, seal(self.secret, keys.round, record), None), self._state_put()])
+            self._txn(puts + [(keys.round, self.records.seal(keys.round, record, (action.round,)), None),
+                              self._state_put()])
         elif isinstance(action, Stop):
             self._txn(puts + [self._state_put()])
         elif isinstance(action, Finish):
+            # Every machine's last message goes on the finish's lease, so the job's keys are gone after FINISH_TTL;
+            # the run's anchor goes now, so the next run is a new one (records.RunIdentity).
             finish_lease = self._guarded(lambda: self.store.grant(FINISH_TTL))
-            puts.append((keys.finish, seal(self.secret, keys.finish, {"status": action.status}), finish_lease))
-            self._txn(puts, deletes=(keys.state, keys.round))
+            puts = [(key, value, finish_lease) for key, value, _ in puts]
+            body = {"status": action.status, "at": time.time(), "run": str(self.run_id)}
+            puts.append((keys.finish, self.records.for_run("").seal(keys.finish, body), finish_lease))
+            ended = self._txn(puts, deletes=(keys.state, keys.round, keys.run))
+            if self.compact:
+                self._compact(ended)
 
     def message_put(self, lease: str, message: M.Message) -> tuple[str, bytes, int | None]:
         key = self.keys.to_node(lease)
-        return key, seal(self.secret, key, M.as_dict(message)), None
+        self._sent += 1
+        return key, self.records.seal(key, M.as_dict(message), (self.claim, self._sent)), None
+
+    def _compact(self, revision: int) -> None:
+        """``--rdzv-conf compact=yes``: drop etcd's history up to the job's end, where the backup chunks and every
+        earlier version of the job's records lie (cluster-wide: other users' watches older than that revision are
+        cancelled, which is why it is asked for, not done by default)."""
+        try:
+            self.store.compact(revision)
+            self.say(f"compacted etcd's history up to revision {revision}")
+        except (EtcdUnavailable, EtcdRefused) as bad:
+            self.say(f"etcd's history was not compacted ({bad}): the job's sealed records stay in it")
 
     def _send_plain(self, node_id: int, kind: str, **fields: Any) -> None:
         """For the relay: one message to ``node_id`` at once, outside any transaction."""
@@ -252,7 +290,7 @@ class Coordinator:
         return self.policy.export(time.monotonic())
 
     def _state_put(self) -> tuple[str, bytes, None]:
-        value = seal(self.secret, self.keys.state, self._state())
+        value = self.records.seal(self.keys.state, self._state())
         self._state_written = _stable(self._state())
         return self.keys.state, value, None
 
@@ -261,10 +299,12 @@ class Coordinator:
             self._txn([self._state_put()])
 
     # -- etcd calls ----------------------------------------------------------------------------------------------
-    def _txn(self, puts: list[tuple[str, bytes, int | None]], deletes: tuple[str, ...] = ()) -> None:
-        if not self._guarded(lambda: self.store.txn_if_created_at(self.keys.coordinator, self.claim, puts,
-                                                                   deletes)):
+    def _txn(self, puts: list[tuple[str, bytes, int | None]], deletes: tuple[str, ...] = ()) -> int:
+        revision = self._guarded(lambda: self.store.txn_if_created_at(self.keys.coordinator, self.claim, puts,
+                                                                       deletes))
+        if revision is None:
             raise _ClaimLost("another machine coordinates now")
+        return int(revision)
 
     def _guarded(self, call: Callable[[], Any]) -> Any:
         """Run ``call`` until it succeeds; step down when etcd is gone for node_timeout."""
@@ -281,12 +321,16 @@ class Coordinator:
                 self.stop.wait(0.1)
 
     def _open(self, entry: Entry | None) -> dict[str, Any] | None:
+        opened = self._open_positioned(entry)
+        return None if opened is None else opened[1]
+
+    def _open_positioned(self, entry: Entry | None) -> tuple[Position, dict[str, Any]] | None:
         if entry is None:
             return None
-        body = unseal(self.secret, entry.key, entry.value)
-        if body is None:
-            self.say(f"dropped the record at {entry.key}: it does not prove the job secret")
-        return body
+        opened = self.records.open(entry.key, entry.value)
+        if opened is None:
+            self.junk(entry.key)
+        return opened
 
 
 class _Transaction:
@@ -295,7 +339,7 @@ class _Transaction:
 
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator
-        self._puts: list[tuple[str, bytes, int | None]] = []
+        self._messages: list[tuple[str, M.Message]] = []
 
     def everyone(self) -> list[int]:
         return list(self._coordinator.lease_of)
@@ -303,15 +347,23 @@ class _Transaction:
     def deliver(self, node_id: int, message: M.Message) -> None:
         lease = self._coordinator.lease_of.get(node_id)
         if lease is not None:
-            self._puts.append(self._coordinator.message_put(lease, message))
+            self._messages.append((lease, message))
 
     def commit(self, action: RoundAction) -> None:
-        puts, self._puts = self._puts, []
-        self._coordinator.commit(action, puts)
+        messages, self._messages = self._messages, []
+        self._coordinator.commit(action, messages)
 
 
 class _ClaimLost(Exception):
     """This coordinator must stop: another one took over, or etcd cannot be reached."""
+
+
+class _RunOver(_ClaimLost):
+    """This coordinator's run ended (its anchor is gone): nobody coordinates it again."""
+
+    def __init__(self, why: str, how: str) -> None:
+        super().__init__(why)
+        self.how = how
 
 
 def _stable(state: dict[str, Any]) -> str:

@@ -8,6 +8,10 @@ coordinator (create-if-absent on one key attached to its lease); the winner runs
 server (``etcd_coordinator.py``) and any other agent takes over when its lease goes. So losing any machine, the
 first one included, or etcd's leader, stops at most the current round, never the job.
 
+Every record is sealed for this run and its position (``records.py``); the run is the one ``run.join_run`` finds or
+starts. A message from the coordinator is acted on only when its position is past the last one, so one put back
+(a ``round`` again) is refused; anything that does not open is ignored with one line per key, never fatal.
+
 The rendezvous counts as lost when etcd did not answer for ``node_timeout`` seconds or this machine's lease is gone
 (``Lost``, graceful: the workers save at the current step first, as etcd itself -- not a peer -- is what went away).
 """
@@ -22,12 +26,15 @@ from typing import Any, Callable
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed
 from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
-from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable, seal, unseal
+from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
+from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
+from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
-ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64 + JSON stay under etcd's 1.5 MiB request limit
+ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64, JSON, sealing and base64 again (about 700 KiB)
+# stay under etcd's 1.5 MiB request limit
 
 
 class EtcdLost(Lost):
@@ -41,11 +48,16 @@ class EtcdLink:
 
     def __init__(self, conf: EtcdConf, settings: RendezvousSettings, *, secret: bytes | None = None,
                  watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None) -> None:
-        self.conf, self.settings, self.secret = conf, settings, secret
+        self.conf, self.settings = conf, settings
+        self.jobwide = Sealer(secret)  # the job-wide records (run anchor, finish); self.records: this run's
+        self.records = self.jobwide
+        self.run: RunIdentity | None = None
         self.keys = JobKeys(conf.prefix, settings.job)
         self.where = f"etcd {conf.where}"
         self.watch_stdin = watch_stdin
         self.say = say
+        self.junk = OnceSaid(say)
+        self._last_to: Position | None = None
         self.store = EtcdStore(conf)
         self.lease = 0
         self.name = ""
@@ -54,6 +66,7 @@ class EtcdLink:
         self._closed = threading.Event()
         self._last_ok = time.monotonic()
         self._expired = False
+        self._expired_why = "this machine's etcd lease expired"
         self._seq = 0
         self._round_seen = -1
         self._watches: list[Any] = []
@@ -81,13 +94,12 @@ class EtcdLink:
                     raise TimeoutError(f"no etcd answered at {self.conf.where} in time") from None
                 time.sleep(0.2)
         try:
-            finished = self.store.get(self.keys.finish)
-            if finished is not None and unseal(self.secret, self.keys.finish, finished.value) is not None:
-                raise Refused("the job is over", int(ExitStatus.USAGE))
-            claim = self.store.get(self.keys.coordinator)
-            if claim is not None and unseal(self.secret, self.keys.coordinator, claim.value) is None:
-                raise Refused(f"job {self.settings.job!r} in etcd runs with another job secret (give every "
-                              "machine the same secret)", int(ExitStatus.USAGE))
+            try:
+                self.run = join_run(self.store, self.keys, self.jobwide, self.junk)
+            except JobOver:
+                self.close()
+                raise Refused("the job is over", int(ExitStatus.USAGE)) from None
+            self.records = self.jobwide.for_run(str(self.run))
             self.lease = self.store.grant(self.settings.node_timeout)
             self.name = lease_name(self.lease)
             revision = self.store.put(self.keys.from_node(self.name), self._seal_from({"type": "hello"}),
@@ -96,7 +108,7 @@ class EtcdLink:
                                                   self._on_gap))
             self._watches.append(self.store.watch(self.keys.coordinator, revision + 1, self._on_coordinator,
                                                   lambda _why: self._coordinator_gone.set()))
-            self.store.put(self.keys.node(self.name), seal(self.secret, self.keys.node(self.name), join),
+            self.store.put(self.keys.node(self.name), self.records.seal(self.keys.node(self.name), join),
                            lease=self.lease)
         except EtcdUnavailable as bad:
             self.close()
@@ -115,7 +127,12 @@ class EtcdLink:
                 self._check_alive()
                 if time.monotonic() > deadline or give_up():
                     self.close()
-                    raise TimeoutError(f"no coordinator answered in etcd at {self.conf.where} in time") from None
+                    unopened = self.junk.unopened
+                    hint = (f" (ignored unreadable records at {', '.join(unopened[:3])}"
+                            f"{', ...' if len(unopened) > 3 else ''}: every machine needs the same job secret)"
+                            ) if unopened else ""
+                    raise TimeoutError(f"no coordinator answered in etcd at {self.conf.where} in time{hint}") \
+                        from None
                 continue
             if isinstance(answer, M.Refused):
                 self.close()
@@ -128,10 +145,15 @@ class EtcdLink:
         for entry in entries:
             if entry.deleted:
                 continue
-            raw = unseal(self.secret, entry.key, entry.value)
-            if raw is None or not isinstance(raw.get("type"), str):
-                self.say(f"dropped a message at {entry.key}: it does not prove the job secret")
+            opened = self.records.open(entry.key, entry.value)
+            if opened is None or not isinstance(opened[1].get("type"), str):
+                self.junk(entry.key)
                 continue
+            position, raw = opened
+            if not is_newer(position, self._last_to):  # put back after a newer one: acted on already
+                self.junk(entry.key, PUT_BACK)
+                continue
+            self._last_to = position
             try:  # checked as the built-in backend checks a frame: the agent gets the same typed messages
                 message = M.from_fields(raw)
             except M.ProtocolError as bad:
@@ -159,7 +181,7 @@ class EtcdLink:
 
     def _check_alive(self) -> None:
         if self._expired:
-            raise EtcdLost("this machine's etcd lease expired")
+            raise EtcdLost(self._expired_why)
         silent = time.monotonic() - self._last_ok
         if silent > self.settings.node_timeout:
             raise EtcdLost(f"etcd at {self.conf.where} did not answer for {silent:.0f}s")
@@ -179,7 +201,7 @@ class EtcdLink:
 
     def _seal_from(self, message: dict[str, Any]) -> bytes:
         self._seq += 1
-        return seal(self.secret, self.keys.from_node(self.name), {**message, "seq": self._seq})
+        return self.records.seal(self.keys.from_node(self.name), message, (self._seq,))
 
     def _send_loop(self) -> None:
         while not self._closed.is_set():
@@ -214,7 +236,7 @@ class EtcdLink:
 
     # -- coordination --------------------------------------------------------------------------------------------
     def _on_coordinator(self, entries: list[Entry]) -> None:
-        if any(entry.deleted for entry in entries):
+        if entries:  # gone, or rewritten (possibly with junk): look again
             self._coordinator_gone.set()
 
     def _campaign(self) -> None:
@@ -225,21 +247,40 @@ class EtcdLink:
             if self._closed.is_set():  # close() set both after the loop's check: it must not wait a node_timeout
                 return
             try:
-                claimed = self.store.create(self.keys.coordinator, seal(self.secret, self.keys.coordinator,
-                                                                        {"lease": self.name}), lease=self.lease)
+                claimed = self.store.create(self.keys.coordinator, self.records.seal(
+                    self.keys.coordinator, {"lease": self.name}), lease=self.lease)
+                if claimed is None and self._clear_junk_claim():
+                    continue
             except (EtcdUnavailable, EtcdRefused):
                 claimed = None
             if claimed is not None:
                 self.coordinating = True
                 self.say("coordinating the rendezvous in etcd")
                 try:
-                    Coordinator(self.store, self.keys, self.settings, self.secret, claimed, self.name,
-                                say=lambda m: self.say(f"coordinator: {m}"), stop=self._closed).run()
+                    ended = Coordinator(self.store, self.keys, self.settings, self.records, self.run, claimed,
+                                       self.name, say=lambda m: self.say(f"coordinator: {m}"), stop=self._closed,
+                                       compact=self.conf.compact).run()
                 finally:
                     self.coordinating = False
+                if ended == "gone":  # someone deleted the run's anchor: leave, and join the new run
+                    self._expired_why = "the run's anchor in etcd was deleted (a new run begins)"
+                    self._expired = True
+                if ended:
+                    return  # the run is over (its finish is on its way to every machine): nothing to coordinate
                 continue
             # Someone else coordinates: wait for its key to go (the watch), re-checking now and then.
             self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
+
+    def _clear_junk_claim(self) -> bool:
+        """Look at the coordinator key after a failed claim; True when junk was cleared (claim again now)."""
+        entry = self.store.get(self.keys.coordinator)
+        if entry is None:
+            return True
+        verdict = claim_verdict(self.records.open(entry.key, entry.value), entry, self.lease, self.coordinating)
+        if verdict == "valid":
+            return False
+        self.junk(entry.key)
+        return verdict == "clear" and self.store.delete_if_unchanged(entry.key, entry.mod_revision)
 
     def close(self) -> None:
         """Leave: stop this link's threads, its watches and its connection (also after its threads were stopped

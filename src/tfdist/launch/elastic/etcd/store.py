@@ -7,16 +7,12 @@ with current protobuf; ``aetcd`` and the Rust binding ``etcd-client-py`` are asy
 deadline, and every failure is one of two exceptions: :class:`EtcdUnavailable` (retry elsewhere or later) and
 :class:`EtcdRefused` (credentials or certificates are wrong: retrying cannot help).
 
-Job secret: etcd serves whoever may read and write the job's keys, so authenticity is end to end: every record is
-``{"body": ..., "mac": HMAC-SHA256(secret, key NUL body)}`` and a reader drops any record whose MAC does not verify
-(the bad writer is dropped, never the job). The MAC covers the key, so a record cannot be replayed under another key.
-Without a secret records are unsigned (etcd's own user authentication is then the only guard).
+Job secret: etcd serves whoever may read and write the job's keys, so confidentiality and authenticity are end to
+end: every record is sealed (AES-GCM, bound to its key, its run and its position) by ``records.py``, and a reader
+ignores any record that does not open (the bad writer is ignored, never the job).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +45,7 @@ class EtcdConf:
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     timeout: float = 5.0
+    compact: bool = False
 
     @property
     def where(self) -> str:
@@ -63,7 +60,9 @@ CONF_KEYS = {
     "password_file": "file holding the etcd user's password (one line)",
     "prefix": "key prefix of every tfdist job in this etcd (default /tfdist)",
     "timeout": "seconds one etcd request may take (default: the smaller of 5 and a third of --node-timeout)",
+    "compact": "yes: at the job's end compact etcd's history up to the end (cluster-wide: see docs; default no)",
 }
+YES, NO = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
 
 
 def parse_endpoints(text: str) -> tuple[tuple[str, int], ...]:
@@ -116,33 +115,12 @@ def parse_conf(endpoints: str, pairs: tuple[str, ...], node_timeout: float, env:
         timeout = float(values.get("timeout", min(5.0, node_timeout / 3)))
     except ValueError:
         raise UsageError(f"--rdzv-conf timeout={values['timeout']!r} is not a number of seconds") from None
+    compact = values.get("compact", "no").lower()
+    if compact not in YES + NO:
+        raise UsageError(f"--rdzv-conf compact={values['compact']!r}: give compact=yes or compact=no")
     return EtcdConf(endpoints=parse_endpoints(endpoints), prefix=prefix, cacert=values.get("cacert"),
                     cert=values.get("cert"), key=values.get("key"), user=values.get("user"), password=password,
-                    timeout=max(0.3, timeout))
-
-
-# -- signed records --------------------------------------------------------------------------------------------------
-def seal(secret: bytes | None, key: str, body: dict[str, Any]) -> bytes:
-    text = json.dumps(body, separators=(",", ":"), sort_keys=True)
-    record: dict[str, Any] = {"body": text}
-    if secret:
-        record["mac"] = hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
-    return json.dumps(record, separators=(",", ":")).encode()
-
-
-def unseal(secret: bytes | None, key: str, raw: bytes) -> dict[str, Any] | None:
-    """The record's body, or None when it is not a record of ours or does not prove the job secret."""
-    try:
-        record = json.loads(raw)
-        text = record["body"]
-        if secret:
-            expected = hmac.new(secret, key.encode() + b"\0" + text.encode(), hashlib.sha256).hexdigest()
-            if not hmac.compare_digest(expected, str(record.get("mac", ""))):
-                return None
-        body = json.loads(text)
-    except (ValueError, TypeError, KeyError):
-        return None
-    return body if isinstance(body, dict) else None
+                    timeout=max(0.3, timeout), compact=compact in YES)
 
 
 @dataclass(frozen=True)
@@ -165,6 +143,7 @@ class EtcdStore:
         self._lock = threading.Lock()
         self._closed = False
         self._watches: list[Watch] = []  # stopped by close(): a watch must not outlive its connection
+        self.cluster_id = 0  # the etcd cluster's id, from every read's header (part of records.RunIdentity)
 
     def connect(self) -> None:
         """Open the client (and log in). Raises EtcdUnavailable, EtcdRefused."""
@@ -211,10 +190,12 @@ class EtcdStore:
     def get_prefix(self, prefix: str) -> tuple[int, list[Entry]]:
         """(revision of the read, entries under ``prefix`` in key order)."""
         response = self.call(lambda c: c.get_prefix_response(prefix))
+        self.cluster_id = int(response.header.cluster_id)
         return response.header.revision, [_entry(kv) for kv in response.kvs]
 
     def get(self, key: str) -> Entry | None:
         response = self.call(lambda c: c.get_response(key))
+        self.cluster_id = int(response.header.cluster_id)
         return _entry(response.kvs[0]) if response.kvs else None
 
     def put(self, key: str, value: bytes, lease: int | None = None) -> int:
@@ -223,6 +204,19 @@ class EtcdStore:
 
     def delete_prefix(self, prefix: str) -> None:
         self.call(lambda c: c.delete_prefix(prefix))
+
+    def delete_if_unchanged(self, key: str, mod_revision: int) -> bool:
+        """Delete ``key`` only while it still is the version written at ``mod_revision`` (junk being cleared must
+        not take a record written since with it)."""
+        def attempt(client: Any) -> Any:
+            return client.transaction(compare=[client.transactions.mod(key) == mod_revision],
+                                      success=[client.transactions.delete(key)], failure=[])
+        succeeded, _ = self.call(attempt)
+        return bool(succeeded)
+
+    def compact(self, revision: int) -> None:
+        """Drop etcd's history up to ``revision``: cluster-wide, every key's (see ``EtcdConf.compact``)."""
+        self.call(lambda c: c.compact(revision), attempts=1)
 
     def create(self, key: str, value: bytes, lease: int | None = None) -> int | None:
         """Write ``key`` only when it does not exist; the write's revision, or None when it existed."""
@@ -233,9 +227,10 @@ class EtcdStore:
         return int(responses[0].response_put.header.revision) if succeeded else None
 
     def txn_if_created_at(self, guard: str, revision: int, puts: list[tuple[str, bytes, int | None]],
-                          deletes: tuple[str, ...] = ()) -> bool:
+                          deletes: tuple[str, ...] = ()) -> int | None:
         """All ``puts`` (and prefix ``deletes``) at once, only while ``guard`` still is the key created at
-        ``revision`` (the coordinator's claim: a former coordinator's writes fail)."""
+        ``revision`` (the coordinator's claim: a former coordinator's writes fail). The transaction's revision, or
+        None when the guard failed."""
         def attempt(client: Any) -> Any:
             t = client.transactions
             ops = [t.put(k, v, lease=lease) for k, v, lease in puts]
@@ -243,8 +238,11 @@ class EtcdStore:
 
             ops += [t.delete(p, range_end=utils.prefix_range_end(utils.to_bytes(p))) for p in deletes]
             return client.transaction(compare=[t.create(guard) == revision], success=ops, failure=[])
-        succeeded, _ = self.call(attempt)
-        return bool(succeeded)
+        succeeded, responses = self.call(attempt)
+        if not succeeded:
+            return None
+        headers = [getattr(r, r.WhichOneof("response")).header.revision for r in responses]
+        return int(max(headers, default=0))
 
     # -- leases --------------------------------------------------------------------------------------------------
     def grant(self, ttl: float) -> int:

@@ -1,0 +1,191 @@
+"""What a writer of etcd without the job secret can no longer do, against one real etcd member on loopback: put back
+a finished run's ``finish`` (every later run was refused), put back a machine's earlier messages (a ``round``
+started its workers a second time), write junk or an earlier run's records at the job's keys (junk at
+``coordinator`` refused every later run); and what a reader can no longer read. Agents are the threads of
+test_etcd_backend.py. Run under ``flock /tmp/tfdist-netns.lock`` with the other etcd tests."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.integration.etcd_cluster import ETCDCTL, LocalEtcd, why_no_etcd
+from tests.integration.test_etcd_backend import FakeAgent, close_links, settings  # noqa: F401 - fixture
+from tfdist.launch.elastic.messages import protocol as M
+
+pytestmark = [pytest.mark.skipif(why_no_etcd() is not None, reason=str(why_no_etcd()))]
+
+
+@pytest.fixture()
+def etcd():
+    with LocalEtcd() as member:
+        yield member
+
+
+def _kvs(etcd: LocalEtcd, prefix: str, *extra: str) -> list[dict]:
+    done = etcd.etcdctl("get", "--prefix", prefix, "-w", "json", *extra)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout).get("kvs", [])
+
+
+def _values(etcd: LocalEtcd, prefix: str) -> dict[str, bytes]:
+    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]) for kv in _kvs(etcd, prefix)}
+
+
+def _history(etcd: LocalEtcd, key: str) -> list[bytes]:
+    """Every value ``key`` held, oldest first (etcd keeps them until compacted)."""
+    (latest,) = _kvs(etcd, key)
+    values: list[bytes] = []
+    for revision in range(int(latest["create_revision"]), int(latest["mod_revision"]) + 1):
+        found = _kvs(etcd, key, f"--rev={revision}")
+        value = base64.b64decode(found[0]["value"]) if found else b""
+        if found and (not values or values[-1] != value):
+            values.append(value)
+    return values
+
+
+def _put(etcd: LocalEtcd, key: str, value: bytes) -> None:
+    """What a writer without the secret can do: put any bytes at any key (etcdctl reads the value from stdin)."""
+    done = subprocess.run([ETCDCTL, "--endpoints", etcd.url, "put", key], input=value, capture_output=True,
+                          env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def _wait(condition, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_finish_written_back_after_its_time_never_refuses_a_later_run(etcd, monkeypatch):
+    job = settings("again", 1, 1)
+    assert FakeAgent(etcd, job, 0, succeed_after=0.1).start().outcome().status == 0
+    saved = _values(etcd, "/tfdist/again/finish")["/tfdist/again/finish"]
+    assert etcd.etcdctl("del", "/tfdist/again/finish").returncode == 0  # its lease ended
+    _put(etcd, "/tfdist/again/finish", saved)  # a writer without the secret puts it back, for good
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 600)  # ten minutes on: the next run starts
+    again = FakeAgent(etcd, job, 0, succeed_after=0.1).start().outcome()
+    assert getattr(again, "status", None) == 0, again
+
+
+def test_a_finish_written_back_never_ends_a_run_under_way(etcd):
+    job = settings("during", 2, 2)
+    alone = settings("during", 1, 1)
+    assert FakeAgent(etcd, alone, 0, succeed_after=0.1).start().outcome().status == 0  # a first run of the job...
+    saved = _values(etcd, "/tfdist/during/finish")["/tfdist/during/finish"]
+    assert etcd.etcdctl("del", "/tfdist/during/finish").returncode == 0
+    first = FakeAgent(etcd, job, 0, succeed_after=0.1).start()  # ...and a second one, its first machine waiting
+    _wait(lambda: first.link is not None and first.link.coordinating, "the second run's first machine never joined")
+    _put(etcd, "/tfdist/during/finish", saved)  # the first run's finish, put back while the second one forms
+    second = FakeAgent(etcd, job, 1, succeed_after=0.1).start()
+    outcomes = [first.outcome(), second.outcome()]
+    assert [getattr(o, "status", o) for o in outcomes] == [0, 0], outcomes
+    assert first.rounds()[0].world_size == 2
+
+
+def test_a_machines_earlier_messages_written_back_never_start_a_round_twice(etcd):
+    job = settings("replay", 2, 2)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    target = agents[1]
+    inbox = f"/tfdist/replay/to/{target.link.name}"
+    earlier = _history(etcd, inbox)  # its welcome and its round 0, as a reader of etcd saw them
+    assert len(earlier) >= 2, earlier
+    for value in earlier:
+        _put(etcd, inbox, value)
+    _wait(lambda: any("put back after a newer one" in line for line in target.said),
+          f"the written-back messages were not refused: {target.messages} {target.said}")
+    for a in agents:
+        a.succeed_after = 0.1
+    assert [a.outcome().status for a in agents] == [0, 0]
+    assert [len([m for m in a.rounds() if m.round == 0]) for a in agents] == [1, 1], [a.messages for a in agents]
+
+
+JUNK = (b"junk", b'{"p": [], "s": "AAAA"}', b'{"body": "{}", "mac": "00"}', b"\xff\x00")
+
+
+def test_junk_and_an_earlier_runs_records_at_every_key_are_ignored_never_fatal(etcd):
+    job = settings("junk", 2, 2)
+    earlier = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in earlier:
+        a.wait_round(0)
+    records = _values(etcd, "/tfdist/junk/")  # a whole run's records: anchor, claim, joins, messages, state, round
+    assert {"/tfdist/junk/coordinator", "/tfdist/junk/state", "/tfdist/junk/round"} <= set(records), set(records)
+    for a in earlier:
+        a.succeed_after = 0.1
+    assert [a.outcome().status for a in earlier] == [0, 0]
+    keys = [*records, "/tfdist/junk/finish", "/tfdist/junk/nodes/00000000000000ff", "/tfdist/junk/to/0000000000000abc"]
+    for position, key in enumerate(keys):  # the earlier run's records back at their keys, junk at the others
+        _put(etcd, key, records.get(key, JUNK[position % len(JUNK)]))
+    _put(etcd, "/tfdist/junk/coordinator", b"junk")  # the coordinator key's junk refused every later run
+    later = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in later:
+        assert a.wait_round(0).world_size == 2
+    for key in (f"/tfdist/junk/to/{later[0].link.name}", f"/tfdist/junk/from/{later[1].link.name}",
+                "/tfdist/junk/coordinator", "/tfdist/junk/round", "/tfdist/junk/state"):  # and while it runs
+        _put(etcd, key, records.get(key, b"junk"))
+    for a in later:
+        a.succeed_after = 0.1
+    outcomes = [a.outcome() for a in later]
+    assert [getattr(o, "status", o) for o in outcomes] == [0, 0], (outcomes, [a.said for a in later])
+    assert all(m.round == 0 for a in later for m in a.rounds()), [a.rounds() for a in later]
+    said = [line for a in later for line in a.said if "ignored the record at /tfdist/junk/coordinator" in line]
+    assert 1 <= len(said) <= 2, said  # said once per machine, however often it was written
+
+
+def test_an_etcd_reader_reads_nothing_of_the_jobs_records_nor_of_a_backup_chunk(etcd):
+    job = settings("quiet", 2, 2)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    chunk = base64.b64encode(b"model weights").decode()
+    sender = f"/tfdist/quiet/from/{agents[0].link.name}"
+    before = _values(etcd, sender)[sender]
+    agents[0].link.send(M.File(name="ckpt-1.index", data=chunk, end=True, last=True))
+    _wait(lambda: _values(etcd, sender)[sender] != before, "the chunk never reached etcd")
+    dump = b"\n".join(_values(etcd, "/tfdist/quiet/").values())
+    for word in (b"127.0.0.", b"address", b"workers", b"ckpt-1", b"round", chunk.encode()):
+        assert word not in dump, (word, dump[:400])
+    for a in agents:
+        a.succeed_after = 0.1
+    assert [a.outcome().status for a in agents] == [0, 0]
+
+
+def test_the_job_leaves_no_keys_and_with_compact_yes_no_history(etcd):
+    job = settings("gone", 2, 2)
+    agents = [FakeAgent(etcd, job, i, conf_pairs=("compact=yes",)).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    (during,) = {int(kv["mod_revision"]) for kv in _kvs(etcd, "/tfdist/gone/round")}
+    for a in agents:
+        a.succeed_after = 0.1
+    assert [a.outcome().status for a in agents] == [0, 0]
+    left = _kvs(etcd, "/tfdist/gone/")
+    assert left and all(int(kv.get("lease", 0)) for kv in left), left  # what is left goes with the finish's lease
+    _wait(lambda: any("compacted etcd's history" in line for a in agents for line in a.said), "not compacted")
+    old = etcd.etcdctl("get", "--prefix", "/tfdist/gone/", f"--rev={during}")
+    assert old.returncode != 0 and "compacted" in old.stderr, (old.stdout[:300], old.stderr)
+
+
+def test_a_deleted_run_anchor_makes_the_machines_join_again_rather_than_wait_for_a_dead_run(etcd):
+    # Deleting keys is denial of service (any etcd writer can): what must not happen is a machine left waiting for
+    # ever on a run nobody can coordinate. The coordinator's machine goes, the next one takes over, finds the run's
+    # anchor gone without a finish of this run, and its machine leaves to join a new run.
+    job = settings("anchor", 1, 2)
+    agents = [FakeAgent(etcd, job, i).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    assert etcd.etcdctl("del", "/tfdist/anchor/run").returncode == 0
+    boss = next(a for a in agents if a.link.coordinating)
+    boss.link._closed.set()
+    (survivor,) = [a for a in agents if a is not boss]
+    lost = survivor.outcome()
+    assert "anchor in etcd was deleted" in str(lost), (lost, survivor.said)
+    assert getattr(lost, "graceful", False), lost  # its workers save first: etcd, not a peer, went wrong
