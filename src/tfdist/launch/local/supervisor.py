@@ -26,7 +26,7 @@ from tfdist.cluster import format_address
 from tfdist.launch.flight.learner import PhaseLearner
 from tfdist.launch.local.attempt_memory import AttemptMemory
 from tfdist.launch.flight.report import HangReport
-from tfdist.launch.local import rules, spare_timing
+from tfdist.launch.local import judging, rules, spare_timing
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.snapshot import GroupSnapshot
@@ -187,7 +187,8 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = self._seen = group.poll(stale_after=self.phases.stale_after(t.hang))
+            snapshot, verdict = judging.judge(group, self.spec, self.phases)  # poll, learn the phases, the rules
+            self._seen = snapshot
             if self.stops.requested:
                 # A signal that came during the poll is announced before the stop's wait, not after it: whoever
                 # stops the job reads here that a second signal kills at once (the grace may be minutes).
@@ -198,8 +199,6 @@ class Supervisor:
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
-            self.phases.observe(t.heartbeat for t in snapshot.tasks)
-            verdict = rules.decide(snapshot, self.spec, self.phases.limits)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
