@@ -95,15 +95,17 @@ def run_tfdist(epochs: int, steps: int, snapshots: bool = True, name: str = "tfd
     with tempfile.TemporaryDirectory() as tmp:
         env = QUIET_TF if snapshots else {**QUIET_TF, "TFDIST_SNAPSHOTS": "0"}
         cpu, start = children_cpu(), time.perf_counter()
-        subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags, "--",
-                        *script_args(f"{tmp}/m", epochs, steps)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags, "--",
+                               *script_args(f"{tmp}/m", epochs, steps)], env=env, check=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - start
         ended = time.time()
         CPU.setdefault(name, []).append(children_cpu() - cpu)
         attempts = sorted(Path(tmp, "logs").glob("attempt-*"), key=lambda path: int(path.name.split("-")[1]))
         if len(attempts) > 1:  # a loaded machine can make a job restart: say so, and time its last attempt
-            print(f"  ({name}: {len(attempts) - 1} restart(s); timing the last attempt)", flush=True)
+            why = [line for line in done.stderr.splitlines() if line.startswith("tfdist:") and "attempt" not in line]
+            print(f"  ({name}: {len(attempts) - 1} restart(s); timing the last attempt; " + " / ".join(why[:4]) + ")",
+                  flush=True)
         logs = [Path(attempts[-1], f"worker-{i}.log").read_text() for i in (0, 1)]
         _fit_seconds(name, logs[0], logs[1])  # the machine's snapshot writer is whichever claimed the folder first
         events = {e["event"]: e["time"] for e in map(json.loads, Path(tmp, "logs", "events.jsonl").read_text()
