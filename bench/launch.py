@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import tempfile
@@ -65,6 +66,19 @@ def script_args(model_dir: str, epochs: int, steps: int) -> list[str]:
 # only what each run returns: its wall time).
 FIT: dict[str, list[float]] = {}
 BREAKDOWN: dict[str, list[str]] = {}
+# Where each run's wall time went (seconds), per candidate: the launcher's own start (its start until the tasks are
+# started: imports, ports, the snapshot folder, the watcher), the tasks outside ``fit`` (the interpreter, TensorFlow,
+# the bootstrap, the strategy, the model, the end; for the shell: its wall time minus fit), ``fit``, and the
+# launcher's end (the leader's exit until the launcher's, from its events.jsonl).
+PARTS_OF: dict[str, list[dict[str, float]]] = {}
+# CPU seconds (user + system) of each run's whole process tree: unlike wall time, barely moved by other people's
+# load on a shared machine, and what tfdist's own work (the launcher, the bootstrap, spares, snapshots) costs.
+CPU: dict[str, list[float]] = {}
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _fit_seconds(name: str, log: str, other: str = "") -> None:
@@ -80,13 +94,26 @@ def run_tfdist(epochs: int, steps: int, snapshots: bool = True, name: str = "tfd
                ) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = QUIET_TF if snapshots else {**QUIET_TF, "TFDIST_SNAPSHOTS": "0"}
-        start = time.perf_counter()
-        subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags, "--",
-                        *script_args(f"{tmp}/m", epochs, steps)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cpu, start = children_cpu(), time.perf_counter()
+        done = subprocess.run([PYTHON, "-m", "tfdist", "launch", "-n", "2", "--log-dir", f"{tmp}/logs", *flags, "--",
+                               *script_args(f"{tmp}/m", epochs, steps)], env=env, check=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         elapsed = time.perf_counter() - start
-        logs = [Path(tmp, "logs", "attempt-0", f"worker-{i}.log").read_text() for i in (0, 1)]
+        ended = time.time()
+        CPU.setdefault(name, []).append(children_cpu() - cpu)
+        attempts = sorted(Path(tmp, "logs").glob("attempt-*"), key=lambda path: int(path.name.split("-")[1]))
+        if len(attempts) > 1:  # a loaded machine can make a job restart: say so, and time its last attempt
+            why = [line for line in done.stderr.splitlines() if line.startswith("tfdist:") and "attempt" not in line]
+            print(f"  ({name}: {len(attempts) - 1} restart(s); timing the last attempt; " + " / ".join(why[:4]) + ")",
+                  flush=True)
+        logs = [Path(attempts[-1], f"worker-{i}.log").read_text() for i in (0, 1)]
         _fit_seconds(name, logs[0], logs[1])  # the machine's snapshot writer is whichever claimed the folder first
+        events = {e["event"]: e["time"] for e in map(json.loads, Path(tmp, "logs", "events.jsonl").read_text()
+                                                     .splitlines())}  # the last of each: the last attempt's
+        launched, verdict = events["attempt-started"] - (ended - elapsed), events["verdict"]
+        PARTS_OF.setdefault(name, []).append({
+            "launcher start": launched, "tasks outside fit": verdict - events["attempt-started"] - FIT[name][-1],
+            "fit": FIT[name][-1], "launcher end": ended - verdict})
         return elapsed
 
 
@@ -101,10 +128,13 @@ def write_shell(tmp: str, epochs: int, steps: int) -> str:
 def run_shell(epochs: int, steps: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         path = write_shell(tmp, epochs, steps)
-        start = time.perf_counter()
+        cpu, start = children_cpu(), time.perf_counter()
         subprocess.run(["bash", path], env=QUIET_TF, check=True)
         elapsed = time.perf_counter() - start
+        CPU.setdefault("shell", []).append(children_cpu() - cpu)
         _fit_seconds("shell", Path(tmp, "w0.log").read_text())
+        PARTS_OF.setdefault("shell", []).append({"launcher start": 0.0, "tasks outside fit": elapsed - FIT["shell"][-1],
+                                                 "fit": FIT["shell"][-1], "launcher end": 0.0})
         return elapsed
 
 
@@ -273,7 +303,26 @@ def end_to_end(rounds: int, epochs: int, steps: int) -> dict[str, float]:
           f"{out['fit_no_spares_ratio']:.3f} (load {load()})")
     for line in BREAKDOWN.get("tfdist", [])[:1] + BREAKDOWN.get("tfdist", [])[-1:]:
         print(f"    the snapshot writer's own breakdown (first and last round): {line}")
+    print_breakdown()
+    cpu = ", ".join(f"{name} {median(CPU[name]):.2f}s" + (f" ({median_ratio(CPU[name], CPU['shell']):.3f}x)"
+                                                         if name != "shell" else "") for name in CPU)
+    print(f"    CPU time of the whole job (user + system, median): {cpu}")
+    out.update({f"cpu_ratio_{name}": median_ratio(CPU[name], CPU["shell"]) for name in CPU if name != "shell"})
     return out
+
+
+def print_breakdown() -> None:
+    """Where the wall time went, median seconds per part and candidate, and tfdist's extra over the shell's."""
+    names = [name for name in ("tfdist", "tfdist-no-snapshots", "tfdist-no-spares", "shell") if name in PARTS_OF]
+    parts = list(PARTS_OF["shell"][0]) if "shell" in PARTS_OF else []
+    print("    where the time went (median seconds; in brackets: minus the shell's):")
+    for part in parts:
+        shell = median([run[part] for run in PARTS_OF["shell"]])
+        cells = []
+        for name in names:
+            value = median([run[part] for run in PARTS_OF[name]])
+            cells.append(f"{name} {value:.2f}" + (f" ({value - shell:+.2f})" if name != "shell" else ""))
+        print(f"      {part:<18} " + ", ".join(cells))
 
 
 PARTS = ("e2e", "teardown", "bootstrap", "flight")  # (a), (b), (c), (d)

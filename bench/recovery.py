@@ -133,13 +133,16 @@ def trial(kind: str, hang_timeout: float, spares: bool = True, snapshots: bool =
             [PYTHON, "-m", "tfdist", "launch", "-n", "2", "--max-restarts", "1", "--backoff", "0",
              "--warm-spares" if spares else "--no-warm-spares", *([] if snapshots else ["--env", "TFDIST_SNAPSHOTS=0"]),
              "--hang-timeout",
-             str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "8", "--steps-per-epoch", "60",
+             str(hang_timeout), "--log-dir", str(logs), "--tee", "--", DIGITS, "--epochs", "20", "--steps-per-epoch", "60",
              "--save-every", str(SAVE_EVERY), "--step-delay", "0.02", "--no-tensorboard", "--model-dir", f"{tmp}/m"],
             env=env, stdout=open(f"{tmp}/out", "w"), stderr=open(f"{tmp}/err", "w"))  # noqa: SIM115
         beat = logs / "attempt-0" / "worker-1.heartbeat"
         wait(lambda: (read_step(beat) or 0) >= 45, alive=launcher)
         parent = psutil.Process(launcher.pid)
-        if spares:  # a fault soon after the start finds no spare yet; measure the steady state
+        # 1200 steps of at least 20 ms: over 20 s of training left at any pace, so warm spares start (a job with
+        # less left never starts them: launch/local/spare_timing.py). A fault soon after the start finds no spare
+        # yet; measure the steady state.
+        if spares:
             wait(lambda: spares_ready(parent, logs), timeout=120, interval=0.2, alive=launcher)
         victims = tasks(logs, 0)
         fault_at = time.time()

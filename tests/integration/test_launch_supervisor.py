@@ -260,6 +260,25 @@ def test_restart_uses_warm_spares(tmp_path):
     assert wait_gone([r["pid"] for r in got.values()]) == []
 
 
+@pytest.mark.parametrize("worth,warm", [(2.0, 2), (1000.0, 0)], ids=["long enough", "too short"])
+def test_warm_spares_start_only_when_enough_training_is_left(tmp_path, worth, warm):
+    """A job that says its length (300 steps of 20 ms, about 6 s) starts warm spares only when the training left at
+    its pace is at least ``spares_worth``: the short digits job no longer pays for two TensorFlow imports."""
+    from tfdist.launch.local.supervisor import Supervisor
+    from tfdist.launch.spec import LaunchSpec, Timeouts
+    from tfdist.protocol import Command
+
+    said: list[str] = []
+    command = Command(FAKE, (str(tmp_path / "out"), "--total-steps", "300", "--fail", "worker:1:5", "--fail-delay",
+                             "3", "--first-attempt-only"), interpreter=sys.executable)
+    spec = LaunchSpec(command=command, workers=2, max_restarts=1, backoff=0, log_dir=str(tmp_path / "logs"),
+                      timeouts=Timeouts(spares_worth=worth))
+    result = Supervisor(spec, environ={**os.environ, "TFDIST_WARM_PRELOAD": "json"}, say=said.append).run()
+    assert result.succeeded, said
+    started = [line for line in said if "attempt 1: started 2 task(s)" in line]
+    assert started and (f"({warm} from warm spares)" in started[0]) is bool(warm), said
+
+
 def test_no_spares_without_restarts(tmp_path):
     out = tmp_path / "out"
     result = launch("-n", "2", FAKE, str(out), "--sleep", "1", env={**os.environ, "TFDIST_WARM_PRELOAD": "json"})

@@ -21,6 +21,7 @@ parser.add_argument("--fail-after-fit", action="store_true",
 parser.add_argument("--save-dir", help="where the chief saves the trained model")
 parser.add_argument("--verbose", type=int, default=2, help="Keras' verbose (1: progress bars)")
 parser.add_argument("--hang-once", metavar="MARKER", help="worker 1 hangs at step 10 unless MARKER exists (it makes it)")
+parser.add_argument("--hang-epoch", type=int, default=0, help="the epoch whose step 10 --hang-once hangs at")
 args = parser.parse_args()
 
 
@@ -52,8 +53,13 @@ class SlowSteps(tf.keras.callbacks.Callback):
 
 
 class HangOnce(tf.keras.callbacks.Callback):
+    epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
     def on_train_batch_end(self, batch, logs=None):
-        if batch == 10 and not os.path.exists(args.hang_once):
+        if self.epoch == args.hang_epoch and batch == 10 and not os.path.exists(args.hang_once):
             open(args.hang_once, "w").close()
             while True:  # a stuck input pipeline, a deadlock: no error, no progress
                 time.sleep(1)

@@ -23,6 +23,8 @@ class Timeouts:
         after_success: once the leader succeeded, how long the other training tasks may take to finish.
         after_success_grace: then parameter servers and the evaluator, which have nothing to save.
         spares_after: warm spares start once every training task sent a heartbeat, or after this long.
+        spares_worth: a job that says its length starts warm spares only with this much training left (seconds;
+            ``tfdist.launch.local.spare_timing``).
     """
 
     grace: float = DEFAULTS.grace_period
@@ -33,6 +35,7 @@ class Timeouts:
     after_success: float = 10.0
     after_success_grace: float = 2.0
     spares_after: float = 30.0
+    spares_worth: float = 20.0  # about 4 times what a spare's imports take on a small machine
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from tfdist.cluster import format_address
 from tfdist.launch.flight.learner import PhaseLearner
 from tfdist.launch.local.attempt_memory import AttemptMemory
 from tfdist.launch.flight.report import HangReport
-from tfdist.launch.local import rules
+from tfdist.launch.local import judging, rules, spare_timing
 from tfdist.launch.local.ending import end_group, ending_for, record_flight, stopping
 from tfdist.launch.local.group import TaskGroup
 from tfdist.launch.local.snapshot import GroupSnapshot
@@ -96,6 +96,7 @@ class Supervisor:
         self._cluster: ClusterLayout | None = spec.cluster  # type: ignore[assignment]
         self._local: tuple[str, ...] | None = spec.local_tasks
         self._spares: SparePool | None = None
+        self._pace: spare_timing.Pace | None = None  # when this attempt's trainers first ran steps (spare_timing)
         self._watcher: Watcher | None = None
         self.firewall: Firewall | NoFirewall = NoFirewall()  # --firewall (launch/firewall/): loaded by run()
         self._keep: set[int] = set()
@@ -149,6 +150,7 @@ class Supervisor:
     def run_round(self, attempt: int) -> Attempt:
         """One attempt: start the local tasks, watch them until the rules end the attempt, stop them."""
         plans = self._plans(attempt)
+        self._pace = None
         self.firewall.admit_round(plans)  # --firewall: this attempt's ports, open to its cluster's machines only
         attempt_dir = os.path.join(self.log_dir, f"attempt-{attempt}")
         group = self.group = TaskGroup(plans, attempt=attempt, attempt_dir=attempt_dir, base_env=self.environ,
@@ -185,7 +187,8 @@ class Supervisor:
         last_reap = time.monotonic()
         while True:
             self._announce()
-            snapshot = self._seen = group.poll(stale_after=self.phases.stale_after(t.hang))
+            snapshot, verdict = judging.judge(group, self.spec, self.phases)  # poll, learn the phases, the rules
+            self._seen = snapshot
             if self.stops.requested:
                 # A signal that came during the poll is announced before the stop's wait, not after it: whoever
                 # stops the job reads here that a second signal kills at once (the grace may be minutes).
@@ -196,8 +199,6 @@ class Supervisor:
                 self._announce()
                 return Attempt(attempt, self.stops.cause or Cause.PREEMPTED, snapshot.elapsed,
                                step_reached=snapshot.step)
-            self.phases.observe(t.heartbeat for t in snapshot.tasks)
-            verdict = rules.decide(snapshot, self.spec, self.phases.limits)
             if verdict.action is rules.GroupAction.RESTART_TASKS:
                 verdict = self.in_place.handle(verdict, group, time.monotonic())
             for notice in verdict.notices:
@@ -287,12 +288,14 @@ class Supervisor:
                                   is_python=self.spec.command.is_python)
 
     def _maybe_start_spares(self, group: TaskGroup, snapshot: GroupSnapshot) -> None:
-        """Warm spares start once every training task has run steps, so that their imports do not compete for the CPU
-        with the group's own start, restore and first (traced) step; or after ``timeouts.spares_after``, for scripts
-        that send no heartbeats."""
+        """Warm spares start when :func:`~tfdist.launch.local.spare_timing.spares_due` says so: once every training
+        task has run steps and enough training is left for their imports' CPU time to pay (never in a short job)."""
         if not self._spares_wanted() or (self._spares is not None and len(self._spares) >= len(group.plans)):
             return
-        if snapshot.trainers_progressed or snapshot.elapsed > self.spec.timeouts.spares_after:
+        now = time.monotonic()
+        self._pace = spare_timing.pace_of(self._pace, snapshot, now)
+        if spare_timing.spares_due(snapshot, self._pace, now, spares_after=self.spec.timeouts.spares_after,
+                                   worth=self.spec.timeouts.spares_worth):
             if self._spares is None:
                 env = {**self.environ, **shared_env(self.spec, self.legacy_keras, self.environ)}
                 self._spares = SparePool(self.spec.command, env)

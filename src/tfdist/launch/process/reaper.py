@@ -11,8 +11,6 @@
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import subprocess
 import sys
@@ -20,17 +18,15 @@ from typing import Iterable
 
 import psutil
 
+from tfdist.launch.process import libc
+
 PR_SET_CHILD_SUBREAPER = 36
 _WATCHER = os.path.join(os.path.dirname(__file__), "orphan_watcher.py")
 
 
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (Linux >= 3.4); False where the kernel refuses."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return libc.prctl is not None and libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def kill_strays(spare: Iterable[int]) -> list[int]:

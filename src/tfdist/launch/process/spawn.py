@@ -7,8 +7,6 @@ leaves a task running.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import os
 import signal
@@ -19,13 +17,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Callable, Mapping
 
+from tfdist.launch.process import libc
 from tfdist.launch.seams import OutputSink
 from tfdist.protocol import TaskPlan
 from tfdist.protocol.variables import without_launcher_secrets
 
 _PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_prctl = _libc.prctl  # resolved before any fork, so the child only makes the call
+_prctl = libc.prctl  # resolved before any fork, so the child only makes the call
 
 
 def _die_with_launcher(launcher_pid: int) -> Callable[[], None]:

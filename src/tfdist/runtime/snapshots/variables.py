@@ -104,9 +104,10 @@ class TrainingVariables:
         threading.Thread(target=run, name="tfdist-snapshot-warm-up", daemon=True).start()
 
     @property
-    def ready(self) -> bool:
-        """Whether a copy now costs only the copy (no warm-up under way)."""
-        return self._warmed is None or self._warmed.is_set()
+    def warmed_up(self) -> bool:
+        """Whether the copy function has been compiled (:meth:`warm_up` started and finished): a copy now costs only
+        the copy."""
+        return self._warmed is not None and self._warmed.is_set()
 
     def copy(self) -> list[np.ndarray]:
         """The current values in host memory, model then extras (what the training step waits for); waits for a

@@ -132,3 +132,33 @@ def test_a_worker_without_restarts_left_fails_the_round(tmp_path):
     outcome = _first_outcome(group)
     assert outcome is not None and outcome[0] == "failed" and "exit code 5" in outcome[1], outcome
     assert len(_starts(tmp_path)) == 1
+
+
+def test_a_round_calls_a_hang_at_the_learned_threshold_and_the_next_round_starts_from_it(tmp_path):
+    """Across machines the hang rule learns the job's phases as on one machine (local/judging.py): worker 1 stalls in
+    a step after 40 steps of 20 ms; the round fails at the steps' learned threshold (3 s), not --hang-timeout's
+    300 s, and the next round's group (and a restarted agent) starts from the phases.json the round left in the
+    agent's folder. Real processes: the stand-in phase task."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tfdist.protocol.records import Phase
+
+    phase_task = str(Path(__file__).resolve().parents[3] / "bin" / "phase_task.py")
+
+    def round_group(round_: int) -> NodeGroup:
+        return NodeGroup(command=Command(phase_task, ("--stall", "worker:1", "--stall-at", "40", "--steps", "100000"),
+                                         interpreter=sys.executable),
+                         workers=("127.0.0.1:1", "127.0.0.1:2"), first_index=0, slots=2, node_rank=0, round_=round_,
+                         job="j", log_dir=str(tmp_path / f"attempt-{round_}"), env={"TFDIST_HEARTBEAT_INTERVAL": "0"},
+                         legacy_keras=False, max_restarts=0, timeouts=Timeouts(hang=300.0),
+                         base_env=dict(os.environ), phases_folder=str(tmp_path))
+
+    first = round_group(0)
+    assert first.phases.learned == {}
+    outcome = _first_outcome(first, timeout=120)
+    assert outcome is not None and outcome[0] == "failed", outcome
+    assert "no step for" in outcome[1] and "threshold 3.0 s" in outcome[1], outcome
+    assert (tmp_path / "phases.json").exists()
+    assert Phase.STEP in round_group(1).phases.learned, "the next round starts from what this one learned"

@@ -290,7 +290,7 @@ class Agent:
             timeouts=Timeouts(grace=self.spec.grace_period, hang=self.spec.hang_timeout),
             gpus_per_task=self.spec.gpus_per_task, spares=self.spares, restart_window=self.spec.restart_window,
             snapshot_dir=self.snapshots.path if self.snapshots else None,
-            options=self.spec.tasks, say=self.say)
+            options=self.spec.tasks, say=self.say, phases_folder=self.log_dir)
         self.firewall.admit_round(self.group.plans)  # --firewall: this round's machines, before its tasks listen
         self.group.start()
         self._enter(AgentPhase.RUNNING)

@@ -18,7 +18,8 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from tfdist import constants as C
 from tfdist.cluster import TaskId
-from tfdist.launch.local import rules
+from tfdist.launch.flight.learner import PhaseLearner
+from tfdist.launch.local import judging, rules
 from tfdist.launch.local.ending import (OUTPUT_DRAIN_S, Ending, WaitCut, end_group, ending_for, finishing_roles,
                                         record_flight, stopped_outcome, stopping)
 from tfdist.launch.outcome import Outcome
@@ -108,7 +109,9 @@ class NodeGroup:
                  snapshot_dir: str | None = None, options: TaskOptions = TaskOptions(),
                  kill_now: Callable[[], bool] = lambda: False,
                  roles: tuple[ClusterLayout, tuple[str, ...]] | None = None, restart_window: float = 0.0,
-                 backoff: float = 0.0, say: Say | None = None) -> None:
+                 backoff: float = 0.0, say: Say | None = None, phases_folder: str | None = None) -> None:
+        # phases_folder: where the job's learned phase durations live (the agent's run folder), so that every round
+        # (and a restarted agent) starts from what earlier rounds learned; None: this round learns alone.
         # roles: the whole cluster and this machine's tasks, placed by round_roles (--chief/--ps/--evaluator).
         layout, local = roles or (ClusterLayout(worker=workers),
                                   tuple(f"worker:{i}" for i in range(first_index, first_index + slots)))
@@ -136,6 +139,7 @@ class NodeGroup:
             plans = [dataclasses.replace(p, extra_env={**p.extra_env, C.CUDA_VISIBLE_DEVICES:
                                                       gpu_map[TaskId(p.task_type, p.task_index)]}) for p in plans]
         self.plans = plans
+        self.phases = PhaseLearner.for_launch(self.spec, phases_folder, environ)  # the learned hang thresholds
         self.group = TaskGroup(plans, attempt=round_, attempt_dir=log_dir, base_env=environ,
                                console=NodeConsole(node_rank, enabled=options.show_output,
                                                    tf_log_level=options.tf_log_level), spares=spares)
@@ -184,8 +188,7 @@ class NodeGroup:
         """None while running; else ``(succeeded | failed | preempted, detail)``, by the launcher's own rules. The
         round's end is then carried out by :meth:`end` (the waits, the stop, the output read to its end)."""
         t = self.spec.timeouts
-        snapshot = self.group.poll(stale_after=t.hang)
-        verdict = rules.decide(snapshot, self.spec)
+        _, verdict = judging.judge(self.group, self.spec, self.phases)  # the supervisor's own look: learned phases
         if verdict.action is rules.GroupAction.RESTART_TASKS:
             verdict = self.in_place.handle(verdict, self.group, time.monotonic())
         if verdict.action is rules.GroupAction.CONTINUE:
@@ -240,5 +243,6 @@ class NodeGroup:
         return stopping(self.spec.timeouts, graceful=graceful, drain=OUTPUT_DRAIN_S)
 
     def _end(self, ending: Ending) -> Outcome:
+        self.phases.flush()  # the next round (on this machine) starts from what this one learned
         return stopped_outcome(end_group(self.group, ending, poll=self.spec.timeouts.poll, kill_now=self.kill_now,
                                          nothing_to_save=lambda: rules.nothing_to_save(self.group.poll(), self.spec)))
