@@ -160,12 +160,13 @@ def _stall_mid_handshake(server) -> socket.socket:
 
 
 def _stall_mid_join(server) -> socket.socket:
-    """A machine with the secret: its proof and the first byte of a 200-byte join, then nothing."""
+    """A machine with the secret: the handshake done, then its join's sealed length (its proof) and the first byte
+    of a 200-byte join, then nothing."""
     sock = socket.create_connection(server.address[:2], timeout=5)
-    nonce = os.urandom(auth.NONCE)
-    sock.sendall(auth.MAGIC + nonce)
-    answer = auth.receive_exactly(sock, auth.NONCE + auth.MAC, time.monotonic() + 5)
-    sock.sendall(auth._proof(SECRET, b"agent", nonce, answer[: auth.NONCE]) + (200).to_bytes(4, "big") + b"{")
+    handshake = auth.AgentHandshake(SECRET)
+    sock.sendall(handshake.hello)
+    session = handshake.finish(auth.receive_exactly(sock, auth.ANSWER, time.monotonic() + 5))
+    sock.sendall(session.seal(b"{" * 200)[: auth.HEADER + 1])
     return sock
 
 
