@@ -37,10 +37,10 @@ from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.messages.fields import FILE_CHUNK
 try:  # the tree's own chunk form, as backup_copy.stream_files sends it to the TCP link (raw after a header)
     from tfdist.launch.elastic.agent.backup_copy import chunk_bytes as body, chunk_message
-    def message(name, chunk, end, last):
+    def chunk_of(name, chunk, end, last):
         return chunk_message(name, chunk, end=end, last=last, raw=RendezvousLink.RAW_CHUNKS)
 except ImportError:  # older trees: base64 in JSON file messages
-    def message(name, chunk, end, last):
+    def chunk_of(name, chunk, end, last):
         return M.File(name=name, data=base64.b64encode(chunk).decode("ascii"), end=end, last=last)
     def body(message):
         return base64.b64decode(message.data)
@@ -81,11 +81,11 @@ def copy(mib):
     receiver.send(M.Ready(ports=[20001], backup=M.Backup("bb")))
     until(chief, "send")
     def upload():
-        chief.send(message("checkpoint", index, end=True, last=False))
+        chief.send(chunk_of("checkpoint", index, end=True, last=False))
         for offset in range(0, len(data), FILE_CHUNK):  # as backup_copy.stream_files: one chunk per message
             chunk = data[offset:offset + FILE_CHUNK]
             end = offset + len(chunk) >= len(data)
-            chief.send(message("ckpt-1.index", chunk, end=end, last=end))
+            chief.send(chunk_of("ckpt-1.index", chunk, end=end, last=end))
     started = time.perf_counter()
     threading.Thread(target=upload, daemon=True).start()
     got = 0
@@ -189,17 +189,17 @@ def main() -> int:
                 for name, worker in order:
                     seen[name].append(worker.ask(f"copy {args.mib}"))
                     alone[name].append(worker.ask(f"wire {args.mib}"))
-                print(f"  turn {turn + 1}: copy baseline {seen['baseline'][-1]:.0f} MB/s, noise {seen['noise'][-1]:.0f} "
-                      f"MB/s; the wire alone baseline {alone['baseline'][-1]:.0f} MB/s, noise {alone['noise'][-1]:.0f} MB/s",
+                print(f"  turn {turn + 1}: copy baseline {seen['baseline'][-1]:.0f} MB/s, this tree {seen['noise'][-1]:.0f} "
+                      f"MB/s; the wire alone baseline {alone['baseline'][-1]:.0f} MB/s, this tree {alone['noise'][-1]:.0f} MB/s",
                       flush=True)
         finally:
             for worker in workers.values():
                 worker.close()
-    print(f"backup copy over loopback, {args.mib} MiB x {args.turns} per tree: baseline (HMAC wire) "
-          f"{median(seen['baseline']):.0f} MB/s, noise {median(seen['noise']):.0f} MB/s, median ratio "
+    print(f"backup copy over loopback, {args.mib} MiB x {args.turns} per tree: baseline {args.baseline} "
+          f"{median(seen['baseline']):.0f} MB/s, this tree {median(seen['noise']):.0f} MB/s, median ratio "
           f"{median_ratio(seen['noise'], seen['baseline']):.3f} (goal: >= 200 MB/s); load after: {load()}")
     print(f"the wire alone (frames of a chunk's message sealed, sent over a socket pair, opened; checkpoint MB/s): "
-          f"baseline {median(alone['baseline']):.0f} MB/s, noise {median(alone['noise']):.0f} MB/s, median ratio "
+          f"baseline {median(alone['baseline']):.0f} MB/s, this tree {median(alone['noise']):.0f} MB/s, median ratio "
           f"{median_ratio(alone['noise'], alone['baseline']):.3f}")
     return 0
 

@@ -95,10 +95,12 @@ def test_an_upload_sends_raw_chunks_to_the_tcp_link_and_base64_to_any_other(tmp_
     assert (incoming / NAME).read_bytes() == DATA + DATA[:1000]
 
 
-def test_the_tcp_link_asks_for_raw_chunks():
+def test_the_tcp_link_asks_for_raw_chunks_and_the_etcd_link_keeps_base64():
+    from tfdist.launch.elastic.etcd.link import _Rechunker
     from tfdist.launch.elastic.tcp.client import RendezvousLink
 
     assert RendezvousLink.RAW_CHUNKS is True
+    assert getattr(_Rechunker, "RAW_CHUNKS", False) is False  # its records are JSON: base64 file messages
 
 
 class _Counted:
