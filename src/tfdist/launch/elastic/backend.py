@@ -25,7 +25,8 @@ BACKENDS = ("tfdist", "etcd")
 
 
 class Sender(Protocol):
-    """Where an upload's chunks go: ``send(message)`` (a ``file`` message); False: stop sending."""
+    """Where an upload's chunks go: ``send(message)`` (a ``file`` message; a ``chunk`` where the channel has
+    ``RAW_CHUNKS = True``, ``backup_copy.stream_files``); False: stop sending."""
 
     def send(self, message: Message) -> bool | None: ...
 

@@ -68,10 +68,25 @@ def sha256_of(path: str) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def chunk_message(name: str, chunk: bytes, *, end: bool, last: bool, raw: bool) -> M.Message:
+    """One chunk's message: raw bytes after a header (``raw``: the TCP wire) or base64 in JSON (the etcd backend,
+    whose records are JSON)."""
+    if raw:
+        return M.Chunk.of(name, chunk, end=end, last=last)
+    return M.File(name=name, data=base64.b64encode(chunk).decode("ascii"), end=end, last=last)
+
+
+def chunk_bytes(message: M.File | M.Chunk) -> bytes:
+    """A chunk message's bytes. Raises binascii.Error (bad base64)."""
+    return message.data if isinstance(message, M.Chunk) else base64.b64decode(message.data, validate=True)
+
+
 def stream_files(folder: str, names: list[str], channel: Sender) -> None:
     """Send ``names`` (already checked against their pattern) from ``folder``, chunk by chunk, through
     ``channel.send(file_message)`` (False: stop); only regular files. A file that cannot be opened ends the upload:
-    the receivers time out and say "not restored"."""
+    the receivers time out and say "not restored". A channel with ``RAW_CHUNKS`` true (the TCP link) gets
+    :class:`~tfdist.launch.elastic.messages.protocol.Chunk` messages, any other base64 ``file`` messages."""
+    raw = getattr(channel, "RAW_CHUNKS", False) is True
     for position, name in enumerate(names):
         try:
             handle = os.fdopen(_open_regular(os.path.join(folder, name)), "rb")
@@ -81,8 +96,8 @@ def stream_files(folder: str, names: list[str], channel: Sender) -> None:
             while True:
                 chunk = handle.read(FILE_CHUNK)
                 end = len(chunk) < FILE_CHUNK
-                if channel.send(M.File(name=name, data=base64.b64encode(chunk).decode("ascii"), end=end,
-                                       last=end and position == len(names) - 1)) is False:
+                if channel.send(chunk_message(name, chunk, end=end, last=end and position == len(names) - 1,
+                                              raw=raw)) is False:
                     return
                 if end:
                     break
@@ -106,12 +121,12 @@ def receive_files(incoming: str, expected: dict[str, str], sizes: dict[str, int]
             message = receive()
             if message is None or isinstance(message, M.Ping):
                 continue
-            if not isinstance(message, M.File):
+            if not isinstance(message, M.CHUNKS):
                 return message
-            name, data = message.name, message.data
+            name = message.name
             if name not in expected:
                 raise NotRestored(f"unexpected file {name[:100]!r}")
-            chunk = base64.b64decode(data, validate=True)
+            chunk = chunk_bytes(message)
             written[name] += len(chunk)
             if written[name] > sizes[name]:
                 raise NotRestored(f"{name} is bigger than its manifest says")

@@ -13,8 +13,8 @@ MAX_TEXT = 4096
 MAX_REPORT = 256 * 1024
 MAX_ITEMS = 4096
 MAX_SLOTS = 1024
-FILE_CHUNK = 256 * 1024  # the bytes of one ``file`` message: a backup's or a snapshot's chunk
-MAX_CHUNK_TEXT = 512 * 1024  # base64 of a FILE_CHUNK, with room
+FILE_CHUNK = 256 * 1024  # the bytes of one ``chunk`` (or ``file``) message: a backup's or a snapshot's chunk
+MAX_CHUNK_TEXT = 512 * 1024  # base64 of a FILE_CHUNK (a ``file`` message, the etcd form), with room
 BACKUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 # The only files a backup holds: tf-keras' index, and one checkpoint's index and shards. No separators, no "..".
 BACKUP_FILE = re.compile(r"checkpoint|[A-Za-z0-9_-]{1,100}\.(?:index|data-[0-9]{1,6}-of-[0-9]{1,6})")

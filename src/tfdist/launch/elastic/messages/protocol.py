@@ -9,8 +9,8 @@ wrong types. Numbers that are ids or counts are ints (``true`` is not a number h
 from __future__ import annotations
 
 import json
-import math
 import re
+import zlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -18,20 +18,16 @@ from tfdist.cluster.address import check_host
 from tfdist.cluster.placement import layout_word, role_list
 from tfdist.errors import UsageError
 from tfdist.launch.elastic.messages.fields import (  # noqa: F401 - the constants and Backup re-exported
-    BACKUP_FILE, BACKUP_NAME, MAX_CHUNK_TEXT, MAX_ITEMS, MAX_REPORT, MAX_SLOTS, MAX_TEXT, SNAPSHOT_FILE, Backup,
+    BACKUP_FILE, BACKUP_NAME, FILE_CHUNK, MAX_CHUNK_TEXT, MAX_ITEMS, MAX_REPORT, MAX_SLOTS, MAX_TEXT, SNAPSHOT_FILE, Backup,
     ProtocolError, _files, _flag, _int, _list, _maybe, _object, _roles, _snapshot, _text,
 )
+from tfdist.launch.elastic.messages.frame import nesting, parse_json, split_body, with_body  # noqa: F401 - nesting
 from tfdist.launch.elastic.messages.machines import RoundMachines
 from tfdist.launch.outcome import Outcome
 
 VERSION = 1
 SPOKEN = (VERSION,)
 MAX_DEPTH = 5
-# Runs of plain characters in one step: the per-character form ("(?:[^"\\]|\\.)*") took 235 ms over one 256 KiB
-# backup or snapshot chunk, checked at the rendezvous and again at the receiver (about 0.5 MiB/s through a relay).
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-
-
 @dataclass(frozen=True)
 class Message:
     TYPE: ClassVar[str] = ""
@@ -39,6 +35,8 @@ class Message:
     # Fields whose value writes its own JSON once (``.json``), spliced into every message that shares it: a round's
     # machines go to each of its members, and encoding them again per member was O(N) work N times.
     SHARED: ClassVar[tuple[str, ...]] = ()
+    # The field (bytes) carried raw after the JSON header, never inside it (``body.py``); "": a plain JSON message.
+    BODY: ClassVar[str] = ""
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "Message":
@@ -148,8 +146,17 @@ class Ping(Message):
         return cls()
 
 
+def _chunk_name(value: Any) -> str:
+    name = _text(value, "name", 200)
+    if not BACKUP_FILE.fullmatch(name) and not SNAPSHOT_FILE.fullmatch(name):
+        raise ProtocolError(f"name: {name[:80]!r} is not a backup file or a snapshot file")
+    return name
+
+
 @_message("file")
 class File(Message):
+    """A chunk as base64 in JSON: the etcd backend's form (its records are JSON); TCP sends :class:`Chunk`."""
+
     name: str
     data: str
     end: bool = False
@@ -157,11 +164,43 @@ class File(Message):
 
     @classmethod
     def check(cls, raw: dict[str, Any]) -> "File":
-        name = _text(raw.get("name"), "name", 200)
-        if not BACKUP_FILE.fullmatch(name) and not SNAPSHOT_FILE.fullmatch(name):
-            raise ProtocolError(f"name: {name[:80]!r} is not a backup file or a snapshot file")
-        return cls(name=name, data=_text(raw.get("data"), "data", MAX_CHUNK_TEXT),
+        return cls(name=_chunk_name(raw.get("name")), data=_text(raw.get("data"), "data", MAX_CHUNK_TEXT),
                    end=_flag(raw.get("end", False), "end"), last=_flag(raw.get("last", False), "last"))
+
+
+@_message("chunk")
+class Chunk(Message):
+    """A chunk as raw bytes after a JSON header that says their length and CRC-32 (``body.py``): what the TCP wire
+    carries, forwarded by the rendezvous without reading the bytes as text. The CRC catches a header that lies
+    at the first hop; the file's SHA-256 (checked by the receiver) is what proves the copy."""
+
+    BODY = "data"
+    name: str
+    data: bytes
+    size: int
+    crc32: int
+    end: bool = False
+    last: bool = False
+
+    @classmethod
+    def of(cls, name: str, data: bytes, *, end: bool = False, last: bool = False) -> "Chunk":
+        return cls(name=name, data=data, size=len(data), crc32=zlib.crc32(data), end=end, last=last)
+
+    @classmethod
+    def check(cls, raw: dict[str, Any]) -> "Chunk":
+        data = raw.get("data")
+        if not isinstance(data, bytes):
+            raise ProtocolError("data: expected a chunk's bytes after its header")
+        size, crc = _int(raw.get("size"), "size", 0, FILE_CHUNK), _int(raw.get("crc32"), "crc32", 0, 2**32 - 1)
+        if size != len(data):
+            raise ProtocolError(f"size: the header says {size} bytes, the chunk has {len(data)}")
+        if crc != zlib.crc32(data):
+            raise ProtocolError("crc32: the chunk's bytes do not match its header's checksum")
+        return cls(name=_chunk_name(raw.get("name")), data=data, size=size, crc32=crc,
+                   end=_flag(raw.get("end", False), "end"), last=_flag(raw.get("last", False), "last"))
+
+
+CHUNKS = (File, Chunk)  # the messages that carry a backup's or snapshot's bytes
 
 
 @_message("welcome")
@@ -275,47 +314,26 @@ def encode(message: Message) -> bytes:
     """One frame's payload. The fields a message shares with others (:attr:`Message.SHARED`) are the bytes their
     value encoded once, after the others: the same JSON as if encoded here."""
     body = {"v": VERSION, "type": message.TYPE, **message.fields()}
+    raw = body.pop(message.BODY) if message.BODY else None
     for name in message.SHARED:
         del body[name]
     head = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    if raw is not None:
+        return with_body(head, raw)
     if not message.SHARED:
         return head
     return b"".join([head[:-1], *(b',"%s":%s' % (name.encode(), getattr(message, name).json)
                                   for name in message.SHARED), b"}"])
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ProtocolError(f"{name} is not a number this protocol accepts")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ProtocolError("a number out of range")
-    return value
-
-
-def nesting(payload: bytes) -> int:
-    """How deep ``[``/``{`` nest in ``payload``, strings left out: checked before the JSON parser recurses."""
-    deepest = depth = 0
-    for char in _STRING.sub("", payload.decode("latin-1")):
-        if char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
-
-
 def decode(payload: bytes) -> Message:
-    """One frame's payload -> a checked message. Raises ProtocolError, :class:`VersionError` for another version."""
+    """One frame's payload -> a checked message. Raises ProtocolError, :class:`VersionError` for another version.
+    A frame with a body (``body.py``): only its header is read as JSON; the body goes to the message's BODY field."""
+    payload, body = split_body(payload)
     # Nesting never exceeds the number of opening brackets: most messages have too few to need the scan.
     if payload.count(b"[") + payload.count(b"{") > MAX_DEPTH and nesting(payload) > MAX_DEPTH:
         raise ProtocolError(f"nested deeper than {MAX_DEPTH} levels")
-    try:
-        raw = json.loads(payload, parse_constant=_refuse_constant, parse_float=_finite)
-    except (ValueError, UnicodeDecodeError, RecursionError) as bad:
-        raise ProtocolError(str(bad) if isinstance(bad, ProtocolError) else "not a JSON message") from None
+    raw = parse_json(payload)
     if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
         raise ProtocolError("not a message object with a type")
     if type(raw.get("v")) is not int or raw["v"] != VERSION:
@@ -323,6 +341,10 @@ def decode(payload: bytes) -> Message:
     kind = KINDS.get(raw["type"])
     if kind is None:
         raise ProtocolError(f"unknown message type {raw['type'][:40]!r}")
+    if (body is None) != (not kind.BODY) or (body is not None and kind.BODY in raw):
+        raise ProtocolError(f"a {kind.TYPE} message " + ("needs a body after its header" if kind.BODY else "has no body"))
+    if body is not None:
+        raw[kind.BODY] = body
     return kind.check(raw)
 
 

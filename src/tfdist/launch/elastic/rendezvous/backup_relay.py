@@ -28,6 +28,8 @@ from tfdist.launch.elastic.rendezvous.restore_point import UNVERIFIED, Offer, fi
 from tfdist.launch.elastic.rendezvous.snapshot_plan import SnapshotCopyPlan, plan_snapshot_copy
 
 
+# What the relay forwards of each kind of chunk message: a ``chunk``'s bytes go on as the bytes they arrived as.
+_FORWARDED = {"file": ("name", "data", "end", "last"), "chunk": ("name", "data", "size", "crc32", "end", "last")}
 _FIRST_ROUND_RULE = "before the first round only the serving machine's backup, or one two machines hold, is believed"
 _LATER_RULE = "only the machine that held worker 0 in the last round writes new backups"
 
@@ -146,18 +148,20 @@ class BackupRelay:
         """Forward a chunk from the planned source to the machines that need it (with ``deadline``, monotonic:
         waiting until then at most for room in their queues); chunks from anyone else, or of other files, are
         dropped."""
-        name, snapshot = message.get("name"), self._snapshot
+        name, snapshot, kind = message.get("name"), self._snapshot, message.get("type", "file")
+        if kind not in _FORWARDED:
+            return
         if snapshot is not None and node_id == snapshot.source and name in snapshot.files:
             targets: list[int] = list(snapshot.targets)
         elif name in self._files:
             targets = self._targets.get(node_id, [])
         else:
             return
-        fields = {k: v for k, v in message.items() if k in ("name", "data", "end", "last")}
+        fields = {k: v for k, v in message.items() if k in _FORWARDED[kind]}
         for target in targets:
             if deadline:
-                self._send(target, "file", wait=max(0.001, deadline - time.monotonic()), **fields)
+                self._send(target, kind, wait=max(0.001, deadline - time.monotonic()), **fields)
             else:
-                self._send(target, "file", **fields)
+                self._send(target, kind, **fields)
         if node_id in self._targets and name in self._files and message.get("last") is True:
             self._request_snapshot()  # the backup went through: the snapshot's turn

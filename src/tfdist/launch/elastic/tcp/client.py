@@ -42,6 +42,8 @@ class RendezvousLink:
     """``source``: the local address to connect from (None: the system's choice; the tests give each agent its own
     loopback address, as a fleet's machines have)."""
 
+    RAW_CHUNKS = True  # an upload's chunks go as raw bytes after a header (messages/frame.py), not base64 in JSON
+
     def __init__(self, host: str, ip: str, port: int, node_timeout: float, *, secret: bytes,
                  watch_stdin: bool = False, say: Callable[[str], None] = lambda _m: None,
                  progress_every: float = PROGRESS_EVERY_S, here: RendezvousServer | None = None,
@@ -214,10 +216,10 @@ class RendezvousLink:
         return message
 
     def send(self, message: M.Message) -> bool:
-        """Queue one message; a chunk (``file``) waits up to node_timeout for room (the upload's pace)."""
+        """Queue one message; a chunk (``chunk``, ``file``) waits up to node_timeout for room (the upload's pace)."""
         if self.channel is None:
             return False
-        bulk = isinstance(message, M.File)
+        bulk = isinstance(message, M.CHUNKS)
         return self.channel.send(M.checked(message), wait=self.node_timeout if bulk else 0.0, bulk=bulk)
 
     def upload(self, request: M.Send, store: FileSource) -> None:

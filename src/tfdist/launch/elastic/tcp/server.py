@@ -222,7 +222,7 @@ class RendezvousServer:
 
     def _on_message(self, node_id: int, message: M.Message) -> None:
         now = time.monotonic()
-        if isinstance(message, M.File):  # forwarded outside the lock: the receivers' queues may make it wait
+        if isinstance(message, M.CHUNKS):  # forwarded outside the lock: the receivers' queues may make it wait
             self._seen(node_id, now)  # a chunk is a sign of life, even while the forwarding waits
             patience = min(self.send_timeout, self.settings.node_timeout / 2)
             self.relay.on_upload(node_id, M.as_dict(message), deadline=now + patience)
