@@ -59,7 +59,7 @@ ANSWER = noise.DHLEN + noise.TAG
 HEADER = 4 + noise.TAG  # a frame's encrypted length
 CHUNK = noise.MAX_MESSAGE - noise.TAG  # plaintext per Noise transport message
 HANDSHAKE_S = 5.0  # the whole handshake, so that slow strangers cannot hold a connection slot
-MAX_FRAME = 1 << 20  # bigger than any message (backup chunks are 256 KiB before base64)
+MAX_FRAME = 1 << 20  # bigger than any message (a raw backup chunk is 256 KiB and a small header)
 INSECURE_SECRET = b"tfdist --rdzv-insecure: no secret"  # --rdzv-insecure: one code path; hides from a passive
 # reader only (anyone may know this "secret": no authentication, and an active man in the middle reads all)
 _START = noise.SymmetricState.initialized(PROLOGUE)  # the prologue is fixed: its hash is computed once
