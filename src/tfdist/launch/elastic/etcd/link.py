@@ -267,9 +267,21 @@ class EtcdLink:
                     self._expired = True
                 if ended:
                     return  # the run is over (its finish is on its way to every machine): nothing to coordinate
+                self._release(claimed)
                 continue
             # Someone else coordinates: wait for its key to go (the watch), re-checking now and then.
             self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
+
+    def _release(self, claimed: int) -> None:
+        """A coordinator that stepped down while this machine stays (etcd refused a write, a watch lost history)
+        gives up its claim, if it still is this one's, so that any machine may coordinate at once: kept, it would
+        hold the key for as long as this machine's lease lives, and nobody would coordinate the job."""
+        if self._closed.is_set() or self._expired:
+            return  # leaving: the lease's revoke deletes the claim
+        try:
+            self.store.txn_if_created_at(self.keys.coordinator, claimed, [], deletes=(self.keys.coordinator,))
+        except (EtcdUnavailable, EtcdRefused):
+            pass  # etcd is away: the claim goes with this machine's lease if it does not come back
 
     def _clear_junk_claim(self) -> bool:
         """Look at the coordinator key after a failed claim; True when junk was cleared (claim again now)."""
