@@ -31,13 +31,12 @@ from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is
 from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
-from tfdist.launch.elastic.tcp.retry import Backoff, progress_due, tries_text
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
 ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64, JSON, sealing and base64 again (about 700 KiB)
 # stay under etcd's 1.5 MiB request limit
-JOIN_BACKOFF = Backoff(first=0.2, cap=2.0)  # a join etcd cut short (slow, away, the lease ran out) is tried again
+JOIN_PAUSE_S = (0.2, 2.0)  # a join etcd cut short is tried again after a jittered, doubling pause in this range
 
 
 class EtcdLost(Lost):
@@ -97,7 +96,7 @@ class EtcdLink:
                     raise TimeoutError(f"no etcd answered at {self.conf.where} in time") from None
                 time.sleep(0.2)
         failures, said = 0, time.monotonic()
-        while True:  # the same rule as the built-in backend's (tcp/retry.py): what is not a refusal is tried again
+        while True:  # the built-in backend's rule (tcp/retry.py): what is not a refusal is tried again
             try:
                 self._join(join)
                 break
@@ -105,12 +104,13 @@ class EtcdLink:
                 failures += 1
                 self._abandon_join()
                 now = time.monotonic()
-                pause = None if give_up() else JOIN_BACKOFF.pause(failures, random.random(), now, deadline)
-                if pause is None:
+                if give_up() or now >= deadline:
                     self.close()
                     raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad}; "
-                                       f"{tries_text(failures)})") from None
-                if progress_due(now, said):
+                                       f"{failures} tries)") from None
+                step = min(JOIN_PAUSE_S[1], JOIN_PAUSE_S[0] * 2.0 ** min(failures - 1, 10))
+                pause = min(deadline - now, step * (0.5 + 0.5 * random.random()))  # full jitter, as tcp/retry.py
+                if now - said >= 10.0:
                     said = now
                     self.say(f"etcd at {self.conf.where} did not let this machine join yet ({bad}): trying again")
                 time.sleep(pause)
