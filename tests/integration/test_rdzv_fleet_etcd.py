@@ -25,12 +25,6 @@ FLEET = 256
 SECRET = bytes(range(32))
 
 
-def _fixed() -> bool:
-    from tfdist.launch.elastic.etcd import store
-
-    return hasattr(store, "TXN_OPS")
-
-
 def _metric(etcd: LocalEtcd, name: str) -> int:
     text = urllib.request.urlopen(f"{etcd.url}/metrics", timeout=10).read().decode()
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, flags=re.M)
@@ -44,8 +38,6 @@ def _leases(etcd: LocalEtcd) -> int:
     return int(re.search(r"found (\d+) leases", listed.stdout).group(1))
 
 
-@pytest.mark.xfail(not _fixed(), strict=True, reason="needs /work/notes/storms-etcd.patch (the etcd store's "
-                   "transactions within etcd's limits; a coordinator that steps down gives up its claim)")
 def test_256_agents_joining_at_once_are_all_in_one_round_with_a_lease_and_two_watches_each():
     from tfdist.launch.elastic.etcd.link import EtcdLink
     from tfdist.launch.elastic.etcd.store import parse_conf

@@ -5,8 +5,9 @@ backends share min/max nodes, rounds, elastic loss and growth, failure blame and
 
 - a machine joins by writing ``nodes/<lease>`` and is lost when etcd deletes it (its lease expired or it left);
 - messages arrive as writes of ``from/<lease>`` and go out as writes of ``to/<lease>``;
-- rounds, stops and the job's end are written in one transaction each, guarded by this coordinator's claim (the
-  ``coordinator`` key's create revision), so a coordinator that lost its claim can no longer write anything;
+- rounds, stops and the job's end are written in transactions guarded by this coordinator's claim (the
+  ``coordinator`` key's create revision), so a coordinator that lost its claim can no longer write anything; as
+  few as etcd's limits allow (``txn.py``), what says what the messages were for (round record, state) last;
 - the policy's counters are written to ``state`` as they change, so a coordinator that takes over (the previous
   one's machine was lost) carries on with the same round numbers, restart budget and left-out machines, adopts the
   running round when all its machines are still there, and otherwise stops it, as the built-in server would for a
@@ -23,7 +24,7 @@ from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
-from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid
+from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid, announced_round
 from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.conductor import Conductor, Refusal
 from tfdist.launch.elastic.rendezvous.membership_types import (
@@ -137,6 +138,13 @@ class Coordinator:
         members = [(str(m), str(label)) for m, label in zip(record.get("members", []), record.get("labels", []))] \
             if record.get("round") == policy.round else []
         phase = str(state.get("phase", "waiting"))
+        outboxes = {JobKeys.lease_of(e.key): self._open(e) or {} for e in entries
+                    if e.key.startswith(self.keys.outbox) and JobKeys.lease_of(e.key) in self.id_of}
+        announced, receivers = announced_round(outboxes, policy.round)
+        if receivers:  # a round cut short between its transactions (txn.py): its receivers run it, so stop it
+            self.say(f"round {announced} reached {len(receivers)} machine(s) but was never recorded: stopping it")
+            policy.round, phase = announced, "stopping"
+            members = [(lease, policy.nodes[self.id_of[lease]].label) for lease in receivers]
         if members and phase in ("running", "stopping", "finishing"):
             self._adopt(members, latest, phase, now)
         else:
@@ -231,9 +239,9 @@ class Coordinator:
 
     # -- actions: the conductor's Members port (_Transaction) writes them -------------------------------------------
     def commit(self, action: RoundAction, messages: list[tuple[str, M.Message]]) -> None:
-        """``action``'s messages in one transaction guarded by the claim, with what it changes: the round's record
-        and the policy's counters, or the job's end (sealed here, in the order they are written: their positions
-        only go forward)."""
+        """``action``'s messages, guarded by the claim, with what it changes: the round's record and the policy's
+        counters, or the job's end, written last (in as few transactions as etcd's limits allow, ``txn.py``; sealed
+        here, in the order they are written: their positions only go forward)."""
         keys = self.keys
         puts = [self.message_put(lease, message) for lease, message in messages]
         if isinstance(action, StartRound):
@@ -335,7 +343,7 @@ class Coordinator:
 
 class _Transaction:
     """The etcd coordinator's :class:`~tfdist.launch.elastic.rendezvous.conductor.Members` port: an action's messages
-    are gathered, then written in one transaction with what the action changes (:meth:`Coordinator.commit`)."""
+    are gathered, then written, guarded by the claim, with what the action changes (:meth:`Coordinator.commit`)."""
 
     def __init__(self, coordinator: Coordinator) -> None:
         self._coordinator = coordinator

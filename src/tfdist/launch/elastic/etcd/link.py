@@ -18,6 +18,7 @@ The rendezvous counts as lost when etcd did not answer for ``node_timeout`` seco
 from __future__ import annotations
 
 import queue
+import random
 import threading
 import time
 from dataclasses import replace
@@ -35,6 +36,7 @@ from tfdist.status import ExitStatus
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
 ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64, JSON, sealing and base64 again (about 700 KiB)
 # stay under etcd's 1.5 MiB request limit
+JOIN_PAUSE_S = (0.2, 2.0)  # a join etcd cut short is tried again after a jittered, doubling pause in this range
 
 
 class EtcdLost(Lost):
@@ -93,29 +95,28 @@ class EtcdLink:
                 if time.monotonic() > deadline or give_up():
                     raise TimeoutError(f"no etcd answered at {self.conf.where} in time") from None
                 time.sleep(0.2)
-        try:
+        failures, said = 0, time.monotonic()
+        while True:  # the built-in backend's rule (tcp/retry.py): what is not a refusal is tried again
             try:
-                self.run = join_run(self.store, self.keys, self.jobwide, self.junk)
-            except JobOver:
+                self._join(join)
+                break
+            except EtcdUnavailable as bad:  # etcd slow or away (a fleet joining at once), or the lease ran out
+                failures += 1
+                self._abandon_join()
+                now = time.monotonic()
+                if give_up() or now >= deadline:
+                    self.close()
+                    raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad}; "
+                                       f"{failures} tries)") from None
+                step = min(JOIN_PAUSE_S[1], JOIN_PAUSE_S[0] * 2.0 ** min(failures - 1, 10))
+                pause = min(deadline - now, step * (0.5 + 0.5 * random.random()))  # full jitter, as tcp/retry.py
+                if now - said >= 10.0:
+                    said = now
+                    self.say(f"etcd at {self.conf.where} did not let this machine join yet ({bad}): trying again")
+                time.sleep(pause)
+            except EtcdRefused as refused:
                 self.close()
-                raise Refused("the job is over", int(ExitStatus.USAGE)) from None
-            self.records = self.jobwide.for_run(str(self.run))
-            self.lease = self.store.grant(self.settings.node_timeout)
-            self.name = lease_name(self.lease)
-            revision = self.store.put(self.keys.from_node(self.name), self._seal_from({"type": "hello"}),
-                                      lease=self.lease)
-            self._watches.append(self.store.watch(self.keys.to_node(self.name), revision + 1, self._on_to,
-                                                  self._on_gap))
-            self._watches.append(self.store.watch(self.keys.coordinator, revision + 1, self._on_coordinator,
-                                                  lambda _why: self._coordinator_gone.set()))
-            self.store.put(self.keys.node(self.name), self.records.seal(self.keys.node(self.name), join),
-                           lease=self.lease)
-        except EtcdUnavailable as bad:
-            self.close()
-            raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad})") from None
-        except EtcdRefused as refused:
-            self.close()
-            raise Refused(f"{refused} (check --rdzv-conf user=/password_file=)", int(ExitStatus.USAGE)) from None
+                raise Refused(f"{refused} (check --rdzv-conf user=/password_file=)", int(ExitStatus.USAGE)) from None
         self._last_ok = time.monotonic()
         for target, name in ((self._keep_alive, "etcd-lease"), (self._send_loop, "etcd-send"),
                              (self._campaign, "etcd-campaign")):
@@ -139,6 +140,39 @@ class EtcdLink:
                 raise Refused(answer.reason, answer.status)
             if isinstance(answer, M.Welcome):
                 return
+
+    def _join(self, join: dict[str, Any]) -> None:
+        """Find the run, take a lease, open this machine's inbox and watches, publish the join record. Raises
+        Refused (the job is over), EtcdUnavailable, EtcdRefused."""
+        try:
+            self.run = join_run(self.store, self.keys, self.jobwide, self.junk)
+        except JobOver:
+            self.close()
+            raise Refused("the job is over", int(ExitStatus.USAGE)) from None
+        self.records = self.jobwide.for_run(str(self.run))
+        self.lease = self.store.grant(self.settings.node_timeout)
+        self.name = lease_name(self.lease)
+        revision = self.store.put(self.keys.from_node(self.name), self._seal_from({"type": "hello"}),
+                                  lease=self.lease)
+        self._watches.append(self.store.watch(self.keys.to_node(self.name), revision + 1, self._on_to,
+                                              self._on_gap))
+        self._watches.append(self.store.watch(self.keys.coordinator, revision + 1, self._on_coordinator,
+                                              lambda _why: self._coordinator_gone.set()))
+        self.store.put(self.keys.node(self.name), self.records.seal(self.keys.node(self.name), join),
+                       lease=self.lease)
+
+    def _abandon_join(self) -> None:
+        """Undo a join that etcd cut short: its watches and its lease go (with the keys on it), so the next try is
+        a new session and no half-made one is left for the coordinator."""
+        for watch in self._watches:
+            watch.cancel()
+        self._watches = []
+        if self.lease:
+            try:
+                self.store.revoke(self.lease)
+            except (EtcdUnavailable, EtcdRefused):
+                pass  # it expires after --node-timeout, and its keys with it
+        self.lease, self.name = 0, ""
 
     # -- receiving -----------------------------------------------------------------------------------------------
     def _on_to(self, entries: list[Entry]) -> None:
@@ -267,9 +301,21 @@ class EtcdLink:
                     self._expired = True
                 if ended:
                     return  # the run is over (its finish is on its way to every machine): nothing to coordinate
+                self._release(claimed)
                 continue
             # Someone else coordinates: wait for its key to go (the watch), re-checking now and then.
             self._coordinator_gone.wait(max(1.0, self.settings.node_timeout))
+
+    def _release(self, claimed: int) -> None:
+        """A coordinator that stepped down while this machine stays (etcd refused a write, a watch lost history)
+        gives up its claim, if it still is this one's, so that any machine may coordinate at once: kept, it would
+        hold the key for as long as this machine's lease lives, and nobody would coordinate the job."""
+        if self._closed.is_set() or self._expired:
+            return  # leaving: the lease's revoke deletes the claim
+        try:
+            self.store.txn_if_created_at(self.keys.coordinator, claimed, [], deletes=(self.keys.coordinator,))
+        except (EtcdUnavailable, EtcdRefused):
+            pass  # etcd is away: the claim goes with this machine's lease if it does not come back
 
     def _clear_junk_claim(self) -> bool:
         """Look at the coordinator key after a failed claim; True when junk was cleared (claim again now)."""

@@ -11,6 +11,10 @@ the job's keys from refusing, blocking or splitting a run (records.py seals; thi
   coordinate, which a replayed claim of its own would be); junk attached to another machine's lease waits for that
   lease (that machine clears it). So a stranger with another secret, whose claim is junk to the job and the job's
   to it, never deletes a live claim, and junk never blocks a later run.
+- **A round cut short** (:func:`announced_round`): a round's writes may take several transactions (``txn.py``), its
+  record and the state last; a coordinator that lost its claim between them leaves some machines with the round's
+  message and no record of the round. The next coordinator finds those messages in the outboxes and stops that round
+  (its receivers run it; the others never heard of it), so no machine is sent the same round twice.
 """
 from __future__ import annotations
 
@@ -81,3 +85,15 @@ def claim_verdict(opened: tuple[Any, dict[str, Any]] | None, entry: Entry, my_le
             not (mine and not coordinating):
         return "valid"
     return "clear" if entry.lease == 0 or mine else "wait"
+
+
+def announced_round(outboxes: dict[str, dict[str, Any]], recorded: int) -> tuple[int, list[str]]:
+    """``(round, its receivers)`` of a round announced past the ``recorded`` one (the state's round) in the latest
+    messages of the machines' outboxes (lease -> opened message); ``(recorded, [])`` when there is none. Only the
+    newest such round counts: the coordinator writes one round at a time, and its cut-short writes were its last."""
+    rounds = {lease: body["round"] for lease, body in outboxes.items()
+              if body.get("type") == "round" and type(body.get("round")) is int and body["round"] > recorded}
+    if not rounds:
+        return recorded, []
+    newest = max(rounds.values())
+    return newest, sorted(lease for lease, number in rounds.items() if number == newest)

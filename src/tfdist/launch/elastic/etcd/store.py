@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from tfdist.cluster.address import parse_address
 from tfdist.errors import UsageError
+from tfdist.launch.elastic.etcd.txn import TXN_BYTES, TXN_OPS, chunks
 
 DEFAULT_PORT = 2379
 WATCH_RETRY = 0.2
@@ -228,21 +229,30 @@ class EtcdStore:
 
     def txn_if_created_at(self, guard: str, revision: int, puts: list[tuple[str, bytes, int | None]],
                           deletes: tuple[str, ...] = ()) -> int | None:
-        """All ``puts`` (and prefix ``deletes``) at once, only while ``guard`` still is the key created at
-        ``revision`` (the coordinator's claim: a former coordinator's writes fail). The transaction's revision, or
-        None when the guard failed."""
-        def attempt(client: Any) -> Any:
-            t = client.transactions
-            ops = [t.put(k, v, lease=lease) for k, v, lease in puts]
-            import pyetcd.utils as utils
+        """``puts`` (and prefix ``deletes``), in order, only while ``guard`` still is the key created at
+        ``revision`` (the coordinator's claim: a former coordinator's writes fail). Within etcd's limits on one
+        transaction (``txn.py``): a longer list is several, each guarded, the last holding the last puts and the
+        deletes. The last transaction's revision, or None as soon as one found the guard gone (the writes before
+        it stay: the next coordinator's take-over sorts them out)."""
+        import pyetcd.utils as utils
 
-            ops += [t.delete(p, range_end=utils.prefix_range_end(utils.to_bytes(p))) for p in deletes]
-            return client.transaction(compare=[t.create(guard) == revision], success=ops, failure=[])
-        succeeded, responses = self.call(attempt)
-        if not succeeded:
-            return None
-        headers = [getattr(r, r.WhichOneof("response")).header.revision for r in responses]
-        return int(max(headers, default=0))
+        def attempt(chunk: list[tuple[str, bytes, int | None]], removes: tuple[str, ...]) -> Callable[[Any], Any]:
+            def run(client: Any) -> Any:
+                t = client.transactions
+                ops = [t.put(k, v, lease=lease) for k, v, lease in chunk]
+                ops += [t.delete(p, range_end=utils.prefix_range_end(utils.to_bytes(p))) for p in removes]
+                return client.transaction(compare=[t.create(guard) == revision], success=ops, failure=[])
+            return run
+
+        cut = chunks(puts, TXN_OPS - len(deletes), TXN_BYTES)
+        written = 0
+        for index, chunk in enumerate(cut):
+            succeeded, responses = self.call(attempt(chunk, deletes if index == len(cut) - 1 else ()))
+            if not succeeded:
+                return None
+            headers = [getattr(r, r.WhichOneof("response")).header.revision for r in responses]
+            written = int(max(headers, default=written))
+        return written
 
     # -- leases --------------------------------------------------------------------------------------------------
     def grant(self, ttl: float) -> int:
