@@ -6,7 +6,7 @@ import pytest
 
 from tfdist.launch.elastic.tcp.admission_rules import (PENDING_LEAST, PENDING_TOTAL, Suspects, handshake_room,
                                                         listen_backlog)
-from tfdist.launch.elastic.tcp.retry import Backoff, gave_up_text, progress_due, waiting_line
+from tfdist.launch.elastic.rendezvous.retry import Backoff, gave_up_text, progress_due, waiting_line
 
 
 @pytest.mark.parametrize("failures, expected", [(0, 0.0), (1, 0.05), (2, 0.1), (3, 0.2), (6, 1.6), (7, 2.0),

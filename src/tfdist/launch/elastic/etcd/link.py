@@ -31,12 +31,13 @@ from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is
 from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
+from tfdist.launch.elastic.rendezvous.retry import Backoff, progress_due
 from tfdist.status import ExitStatus
 
 OUTBOX_SIZE = 64  # messages (backup chunks included) waiting for etcd; a full outbox makes the sender wait
 ETCD_CHUNK = 384 * 1024  # raw bytes per backup chunk: base64, JSON, sealing and base64 again (about 700 KiB)
 # stay under etcd's 1.5 MiB request limit
-JOIN_PAUSE_S = (0.2, 2.0)  # a join etcd cut short is tried again after a jittered, doubling pause in this range
+JOIN_BACKOFF = Backoff(first=0.2, cap=2.0)  # a join etcd cut short is tried again: the built-in backend's rule, slower start
 
 
 class EtcdLost(Lost):
@@ -96,7 +97,7 @@ class EtcdLink:
                     raise TimeoutError(f"no etcd answered at {self.conf.where} in time") from None
                 time.sleep(0.2)
         failures, said = 0, time.monotonic()
-        while True:  # the built-in backend's rule (tcp/retry.py): what is not a refusal is tried again
+        while True:  # the rule of rendezvous/retry.py, as for the built-in backend: what is not a refusal is tried again
             try:
                 self._join(join)
                 break
@@ -108,9 +109,8 @@ class EtcdLink:
                     self.close()
                     raise TimeoutError(f"etcd at {self.conf.where} stopped answering while joining ({bad}; "
                                        f"{failures} tries)") from None
-                step = min(JOIN_PAUSE_S[1], JOIN_PAUSE_S[0] * 2.0 ** min(failures - 1, 10))
-                pause = min(deadline - now, step * (0.5 + 0.5 * random.random()))  # full jitter, as tcp/retry.py
-                if now - said >= 10.0:
+                pause = JOIN_BACKOFF.pause(failures, random.random(), now, deadline) or 0.0
+                if progress_due(now, said):
                     said = now
                     self.say(f"etcd at {self.conf.where} did not let this machine join yet ({bad}): trying again")
                 time.sleep(pause)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from tfdist.cluster.address import parse_address
 from tfdist.errors import UsageError
 from tfdist.launch.elastic.etcd.txn import TXN_BYTES, TXN_OPS, chunks
+from tfdist.protocol import variables
 
 DEFAULT_PORT = 2379
 WATCH_RETRY = 0.2
@@ -86,7 +87,7 @@ def parse_conf(endpoints: str, pairs: tuple[str, ...], node_timeout: float, env:
         if not sep or name not in CONF_KEYS:
             raise UsageError(f"--rdzv-conf {pair!r}: expected KEY=VALUE with KEY one of {', '.join(CONF_KEYS)}")
         values[name] = value.strip()
-    password = env.get("TFDIST_RDZV_ETCD_PASSWORD")
+    password = env.get(variables.ETCD_PASSWORD)
     if "password_file" in values:
         try:
             with open(values["password_file"], encoding="utf-8") as handle:
@@ -96,7 +97,7 @@ def parse_conf(endpoints: str, pairs: tuple[str, ...], node_timeout: float, env:
     if password is not None and "user" not in values:
         raise UsageError("an etcd password was given without --rdzv-conf user=NAME")
     if "user" in values and password is None:
-        raise UsageError("--rdzv-conf user= needs a password: password_file=PATH or TFDIST_RDZV_ETCD_PASSWORD")
+        raise UsageError(f"--rdzv-conf user= needs a password: password_file=PATH or {variables.ETCD_PASSWORD}")
     if "user" in values and "cacert" not in values:
         raise UsageError("--rdzv-conf user= needs cacert= (TLS): etcd's password and token would cross the network "
                          "in the clear (and gRPC sends call credentials only over TLS)")

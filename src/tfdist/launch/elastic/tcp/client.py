@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tfdist.cluster.address import format_address
 from tfdist.launch.elastic.tcp import auth
-from tfdist.launch.elastic.tcp.retry import PROGRESS_EVERY_S, Backoff, gave_up_text, progress_due, waiting_line
+from tfdist.launch.elastic.rendezvous.retry import PROGRESS_EVERY_S, Backoff, gave_up_text, progress_due, waiting_line
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.tcp import wire as P
 from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed  # noqa: F401 - re-exported
