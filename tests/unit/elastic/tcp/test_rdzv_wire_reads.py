@@ -66,7 +66,7 @@ def test_frames_waiting_together_are_read_in_one_read_not_two_per_frame(monkeypa
 def test_a_frame_bigger_than_a_read_ahead_arrives_whole_and_its_checks_still_hold():
     recording, server_sock, agent, server = _sessions()
     reader = wire.Channel(recording._sock, agent, send_timeout=5.0)
-    big = b"x" * (3 << 16)  # a raw frame past the read-ahead: read whole, then checked as a message
+    big = b"x" * (1 << 18)  # a raw frame far past the read-ahead: read whole, then checked as a message
     server_sock.sendall(server.seal(M.encode(M.Ping())) + server.seal(big) + server.seal(M.encode(M.Ping())))
     assert reader.receive() == M.Ping()
     with pytest.raises(M.ProtocolError):
