@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 import pytest
 
@@ -67,11 +68,14 @@ def test_a_frame_bigger_than_a_read_ahead_arrives_whole_and_its_checks_still_hol
     recording, server_sock, agent, server = _sessions()
     reader = wire.Channel(recording._sock, agent, send_timeout=5.0)
     big = b"x" * (1 << 18)  # a raw frame far past the read-ahead: read whole, then checked as a message
-    server_sock.sendall(server.seal(M.encode(M.Ping())) + server.seal(big) + server.seal(M.encode(M.Ping())))
+    frames = server.seal(M.encode(M.Ping())) + server.seal(big) + server.seal(M.encode(M.Ping()))
+    writer = threading.Thread(target=server_sock.sendall, args=(frames,), daemon=True)  # more than a socket holds
+    writer.start()
     assert reader.receive() == M.Ping()
     with pytest.raises(M.ProtocolError):
         reader.receive()
     assert reader.receive() == M.Ping()  # the frame after it was not eaten by the big one's reads
+    writer.join(5)
     server_sock.sendall(server.seal(M.encode(M.Ping()))[:-1])
     server_sock.shutdown(socket.SHUT_WR)
     with pytest.raises(M.ProtocolError):  # a close in the middle of a frame, with bytes of it buffered
