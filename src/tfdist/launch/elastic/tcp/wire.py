@@ -34,8 +34,7 @@ QUEUE_FRAMES = 32
 RESERVED = 8
 # What one read asks for beyond the bytes the frame still lacks: a small message's header and body (a keep-alive,
 # ready, stop: tens to hundreds of bytes; often the next ones too) in one recv, so the reader holds at most one frame
-# plus this. Small on purpose: Python allocates a recv's whole size before it waits, so each of a server's 1,000
-# idle members holds this much (64 KiB: +13 MiB of the server's peak RSS at 1,024 members).
+# plus this. Small: each read allocates it (64 KiB: +13 MiB of the server's peak RSS with 1,024 members).
 READ_AHEAD = 1 << 12
 
 
@@ -91,6 +90,7 @@ class Channel:
         # One timeout for both directions: a send's whole deadline (Python >= 3.5), and how often a blocked read
         # wakes to notice a closed channel (it just reads on).
         sock.settimeout(send_timeout)
+        self._wake_ms = None if send_timeout is None else send_timeout * 1000  # a reader's wait between checks
 
     @property
     def closed(self) -> bool:
@@ -246,23 +246,24 @@ class Channel:
     def _receive_exactly(self, count: int, first: bool, deadline: float | None) -> bytes:
         """``count`` bytes, from what an earlier read brought first. Each read asks for what is missing plus
         :data:`READ_AHEAD`, so a small frame's header and body (often several frames) come in one read, not one
-        each, and never more is held than one frame (``count`` <= a frame's body) plus one read's worth."""
+        each, and never more is held than one frame (``count`` <= a frame's body) plus one read's worth. The wait
+        for bytes is a poll of our own, and the read comes after it: Python allocates a recv's whole size before it
+        waits, so an idle member would hold a read-ahead, and it polls again before reading."""
         inbox = self._inbox
         while len(inbox) < count:
-            want = count - len(inbox) + READ_AHEAD
+            if self._keepalive is not None:
+                self._keep_alive(deadline)
+            elif not self._readable.poll(self._wake_ms):  # the socket's timeout: a closed channel is noticed
+                if self.closed:
+                    raise Closed()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError("no message in time")
+                continue
             try:
-                if self._keepalive is not None:
-                    self._keep_alive(deadline)  # waited until readable: read without Python's own poll first
-                    chunk = os.read(self.sock.fileno(), want) if self.sock.gettimeout() else self.sock.recv(want)
-                else:
-                    chunk = self.sock.recv(want)
+                chunk = self._read_now(count - len(inbox) + READ_AHEAD)
             except BlockingIOError:  # readable was a false alarm (it happens): wait again
                 continue
             except socket.timeout:
-                if self.closed:
-                    raise Closed() from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError("no message in time") from None
                 continue
             if not chunk:
                 if first and not inbox:
@@ -272,6 +273,13 @@ class Channel:
         data = bytes(inbox[:count])
         del inbox[:count]
         return data
+
+    def _read_now(self, size: int) -> bytes:
+        """One read of what is there (after a poll said so). A plain read on the descriptor, non-blocking under the
+        socket's timeout: ``sock.recv`` would poll once more first."""
+        if self.sock.gettimeout():
+            return os.read(self.sock.fileno(), size)
+        return self.sock.recv(size)
 
     def receive(self, deadline: float | None = None) -> Message | None:
         """The next message, or None once the connection closed. Raises ProtocolError, AuthError, OSError;
