@@ -3,6 +3,7 @@ agent's proof, the welcome before anything queued, TCP_NODELAY on both ends, kee
 bounded wait for the welcome. Real sockets on loopback."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -87,10 +88,19 @@ def test_a_server_that_cannot_prove_the_secret_never_gets_the_join():
     assert isinstance(outcome.get("error"), auth.AuthError) and rest == b""  # neither its proof nor the join
 
 
-def test_send_now_writes_one_frame_in_one_write_ahead_of_what_was_queued_while_held():
+def test_send_now_writes_one_frame_in_one_write_ahead_of_what_was_queued_while_held(monkeypatch):
     recording, server_sock, agent, server = _sessions()
     # The server's side of a connection: held, a keep-alive queued before the welcome is written.
     channel = wire.Channel(Recording(server_sock), server, send_timeout=5.0, held=True)  # type: ignore[arg-type]
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:  # the direct send's plain write (wire._send_without_waiting)
+        sent = real_write(fd, data)
+        if fd == server_sock.fileno():
+            channel.sock.writes.append(bytes(data[:sent]))
+        return sent
+
+    monkeypatch.setattr(wire.os, "write", write)
     assert channel.send(M.Ping())
     assert channel._writer is None  # held: no writer thread yet, nothing on the wire
     assert channel.send_now(M.Welcome(node_id=7))

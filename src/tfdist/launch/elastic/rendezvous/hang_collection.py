@@ -24,7 +24,7 @@ from tfdist.cluster.placement import parse_counts
 from tfdist.errors import UsageError
 from tfdist.launch.elastic.messages.flight import Dump, Evidence
 from tfdist.launch.elastic.messages.protocol import Message
-from tfdist.launch.elastic.rendezvous.round_roles import local_tasks, round_layout
+from tfdist.launch.elastic.rendezvous.round_roles import round_layout, tasks_by_rank
 from tfdist.launch.flight import report as reports
 from tfdist.launch.flight import transfer
 from tfdist.launch.flight.evidence import TaskEvidence
@@ -57,9 +57,10 @@ def round_members(action: Any, labels: Mapping[int, str], layout: str = "") -> d
         except (UsageError, IndexError, ValueError):
             placements = None
     slots = {int(n[0]): int(n[3]) for n in action.nodes if len(n) > 3}
+    placed = tasks_by_rank(placements) if placements is not None else None  # one walk, not one per machine
     members = {}
     for a in action.assignments:
-        names = local_tasks(placements, a.node_rank) if placements is not None else tuple(
+        names = placed.get(a.node_rank, ()) if placed is not None else tuple(
             f"worker:{i}" for i in range(a.first_index, a.first_index + slots.get(a.node_rank, 0)))
         members[a.node_id] = Member(f"node{a.node_rank} {labels.get(a.node_id, '?')}", names)
     return members

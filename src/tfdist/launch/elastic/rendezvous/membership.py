@@ -46,7 +46,7 @@ from tfdist.launch.elastic.rendezvous.report import (  # noqa: F401 - KEPT_EVENT
     KEPT_EVENTS, bounded as _bounded, closing_report,
 )
 from tfdist.launch.elastic.rendezvous.membership_join import join_refusal
-from tfdist.launch.elastic.rendezvous.round_roles import leader_rank, local_tasks, round_layout
+from tfdist.launch.elastic.rendezvous.round_roles import leader_rank, round_layout, tasks_by_rank
 from tfdist.launch.elastic.rendezvous.membership_types import (  # noqa: F401 - re-exported: the policy's vocabulary
     RoundAction, Assignment, Finish, Node, Phase, RendezvousSettings, StartRound, Stop,
 )
@@ -306,6 +306,9 @@ class MembershipPolicy:
         return self._ps_job and bool(tasks) and all(t.startswith("worker:") for t in tasks)
 
     def _eligible(self, now: float) -> list[Node]:
+        # Asked every tick for every machine: without anyone left out (the usual case) no label is even made.
+        if not self.blacklist:
+            return [n for n in self.nodes.values() if n.ready]
         return [n for n in self.nodes.values() if n.ready and self.blacklist.get(n.label, 0.0) <= now]
 
     @staticmethod
@@ -337,7 +340,7 @@ class MembershipPolicy:
         except UsageError as unfit:
             return unfit.one_line()
         self._leader_rank, self._ps_job = leader_rank(placements), counts.ps > 0
-        self._round_tasks = {int(n[0]): local_tasks(placements, int(n[0])) for n in nodes}
+        self._round_tasks = tasks_by_rank(placements)  # one walk: a machine with no task is absent, read as ()
         return ""
 
     def _start_round(self, eligible: list[Node]) -> StartRound:

@@ -4,6 +4,7 @@ Plain data, shared by the membership policy (``membership.py``), the server that
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -70,9 +71,10 @@ class Node:
     outcome: Outcome | None = None
     step: int | None = None
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
-        """How reports name the machine: its name and address as the peer sent them, reduced to printable text."""
+        """How reports name the machine: its name and address as the peer sent them, reduced to printable text
+        (made once: name and address never change, and the policy asks for it per machine per tick)."""
         from tfdist.validate import printable
 
         name, address = printable(self.name), printable(self.address)
