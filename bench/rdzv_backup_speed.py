@@ -16,15 +16,12 @@ same frames sealed, sent over a socket pair and opened, no JSON or base64), whic
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON, REPO, load, median, median_ratio  # noqa: E402
+from _common import REPO, TreeWorker, load, median, median_ratio, tree_from_git  # noqa: E402
 
 BASELINE = "b8095d3"
 
@@ -53,7 +50,7 @@ if sys.argv[1:] == ["server"]:  # one rendezvous per line read: its port, then i
         sys.stdin.readline()
         server.close()
     sys.exit(0)
-other = subprocess.Popen([sys.executable, "-c", os.environ["BACKUP_BENCH_WORKER"], "server"], stdin=subprocess.PIPE,
+other = subprocess.Popen([sys.executable, "-c", os.environ["TFDIST_BENCH_WORKER_SOURCE"], "server"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
 
 def join(rank):
@@ -135,38 +132,8 @@ other.wait(timeout=30)
 """
 
 
-class Worker:
-    def __init__(self, tree: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "BACKUP_BENCH_WORKER": WORKER}
-        self.tree = tree
-        self.proc = subprocess.Popen([PYTHON, "-c", WORKER], env=env, cwd=tree, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._expect("ready")
-
-    def _expect(self, what: str | None = None) -> str:
-        line = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
-        if not line or (what is not None and line != what):
-            self.proc.kill()
-            raise SystemExit(f"{self.tree}: the worker failed: {line}\n{self.proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-        return line
-
-    def ask(self, command: str) -> float:
-        self.proc.stdin.write(command + "\n")  # type: ignore[union-attr]
-        self.proc.stdin.flush()  # type: ignore[union-attr]
-        return float(json.loads(self._expect()))
-
-    def close(self) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        self.proc.wait(timeout=60)
-
-
 def baseline_src(tree: Path | None, revision: str, scratch: Path) -> Path:
-    if tree is not None:
-        return tree
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
-    return scratch
-
+    return tree if tree is not None else tree_from_git(revision, scratch)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -177,8 +144,8 @@ def main() -> int:
     args = parser.parse_args()
     print(f"load before: {load()}")
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-backup-") as scratch:
-        workers = {"baseline": Worker(baseline_src(args.baseline_tree, args.baseline, Path(scratch))),
-                   "noise": Worker(REPO)}
+        workers = {"baseline": TreeWorker(baseline_src(args.baseline_tree, args.baseline, Path(scratch)), WORKER),
+                   "noise": TreeWorker(REPO, WORKER)}
         seen: dict[str, list[float]] = {name: [] for name in workers}
         alone: dict[str, list[float]] = {name: [] for name in workers}
         try:

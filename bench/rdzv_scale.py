@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON, REPO, median  # noqa: E402
+from _common import PYTHON, REPO, median, tree_from_git  # noqa: E402
 
 BASELINE = "d781fdb"  # main before issue 33's admission and retries
 
@@ -195,9 +195,7 @@ def one_run(tree: Path, n: int, procs: int, patience: float, node_timeout: float
 def baseline_src(tree: Path | None, scratch: Path, revision: str = BASELINE) -> Path:
     if tree is not None:
         return tree
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
-    return scratch
+    return tree_from_git(revision, scratch)
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:

@@ -24,15 +24,13 @@ folder, removed afterwards.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PYTHON, REPO, median, median_ratio  # noqa: E402
+from _common import REPO, TreeWorker, median, median_ratio, tree_from_git  # noqa: E402
 
 BASELINE = "b8095d3"  # main before issue 34: mutual HMAC challenge-response, HMAC-SHA256 per frame
 
@@ -40,7 +38,7 @@ BASELINE = "b8095d3"  # main before issue 34: mutual HMAC challenge-response, HM
 # (median milliseconds). Joins go to one server kept for the whole run; each job start has its own server.
 WORKER = r"""
 import json, os, socket, statistics, sys, threading, time
-WORKER_SOURCE = os.environ["RDZV_BENCH_WORKER"]
+WORKER_SOURCE = os.environ["TFDIST_BENCH_WORKER_SOURCE"]
 import importlib
 def _room(*names):  # module names built at run time: the tree may be today's, the flat elastic/ or older
     return [importlib.import_module("tfdist.launch." + name) for name in names]
@@ -175,33 +173,6 @@ other.wait(timeout=30)
 """
 
 
-class Worker:
-    """One tree's long-lived measuring process."""
-
-    def __init__(self, tree: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "RDZV_BENCH_WORKER": WORKER}
-        self.tree = tree
-        self.proc = subprocess.Popen([PYTHON, "-c", WORKER], env=env, cwd=tree, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._expect("ready")
-
-    def _expect(self, what: str | None = None) -> str:
-        line = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
-        if not line or (what is not None and line != what):
-            self.proc.kill()
-            raise SystemExit(f"{self.tree}: the worker failed: {line}\n{self.proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-        return line
-
-    def ask(self, command: str) -> float:
-        self.proc.stdin.write(command + "\n")  # type: ignore[union-attr]
-        self.proc.stdin.flush()  # type: ignore[union-attr]
-        return float(json.loads(self._expect()))
-
-    def close(self) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        self.proc.wait(timeout=30)
-
-
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -214,9 +185,7 @@ def baseline_src(tree: Path | None, revision: str, scratch: Path) -> Path:
         if not any((tree / "src" / "tfdist" / "launch" / module).exists() for module in SERVER_MODULES):
             raise SystemExit(f"--baseline-tree {tree}: no rendezvous server under src/tfdist/launch there")
         return tree
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "src"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive.stdout, check=True)
-    return scratch
+    return tree_from_git(revision, scratch)
 
 
 def main() -> int:
@@ -231,7 +200,7 @@ def main() -> int:
     print(f"load average before: {load()} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-base-") as scratch:
         trees = {"baseline": baseline_src(args.baseline_tree, args.baseline, Path(scratch)), "trust": REPO}
-        workers = {name: Worker(tree) for name, tree in trees.items()}
+        workers = {name: TreeWorker(tree, WORKER, close_timeout=30) for name, tree in trees.items()}
         seen: dict[str, dict[str, list[float]]] = {name: {"joins": [], "tjoins": [], "rjoins": [], "fjoins": [], "starts": [],
                                                            "floor1": [], "floor2": [],
                                                            "cpu": [], "rcpu": []}

@@ -300,12 +300,18 @@ class ShmFolder:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _is_orphan_watcher(pid: int) -> bool:
+def proc_words(pid: int, what: str) -> list[bytes] | None:
+    """``pid``'s command line (``what="cmdline"``) or environment (``"environ"``) as its NUL-separated words, or
+    None when the process is gone (or not ours to read)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return any(word.endswith(b"orphan_watcher.py") for word in handle.read().split(b"\0"))
+        with open(f"/proc/{pid}/{what}", "rb") as handle:
+            return handle.read().split(b"\0")
     except OSError:
-        return False
+        return None
+
+
+def _is_orphan_watcher(pid: int) -> bool:
+    return any(word.endswith(b"orphan_watcher.py") for word in proc_words(pid, "cmdline") or ())
 
 
 def held_shm_folders(pids: list[int]) -> list[ShmFolder]:
@@ -315,14 +321,10 @@ def held_shm_folders(pids: list[int]) -> list[ShmFolder]:
     root, they are other folders than this host's of the same name)."""
     found: dict[Path, ShmFolder] = {}
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                words = handle.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                words += [entry.split(b"=", 1)[1] for entry in handle.read().split(b"\0")
-                          if entry.startswith(SNAPSHOT_DIR_VARIABLE + b"=")]
-        except OSError:
+        words, environ = proc_words(pid, "cmdline"), proc_words(pid, "environ")
+        if words is None or environ is None:
             continue
+        words += [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(SNAPSHOT_DIR_VARIABLE + b"=")]
         for word in words:
             path = Path(os.fsdecode(word).rstrip("/"))
             if path.parent != Path(SHM) or not path.name.startswith(SHM_PREFIX) or path in found:

@@ -13,7 +13,7 @@ from tfdist.protocol import read_heartbeat
 from tests.integration.multilib import (
     ROUND_STARTED, Agent, all_output, lost_machines, rendezvous_args, task_values, wait_for_round_at_step,
 )
-from tests.integration.netns import Machines, why_no_namespaces
+from tests.integration.netns import Machines, proc_words, why_no_namespaces
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
               pytest.mark.skipif(why_no_namespaces() is not None, reason=str(why_no_namespaces()))]
@@ -45,11 +45,8 @@ def wait_for_step(log_dir: str, round_: int, index: int, step: int, agents: list
 
 def _command_line(pid: int) -> str:
     """``pid``'s command line, or "exited" when it is gone."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "exited"
+    words = proc_words(pid, "cmdline")
+    return "exited" if words is None else b" ".join(words).decode(errors="replace")
 
 
 def start(machines, tmp_path, which, nnodes: str, *extra: str) -> list[Agent]:

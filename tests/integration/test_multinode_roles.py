@@ -16,7 +16,7 @@ from tests.integration.multilib import (
     DIGITS, FAST, SCRIPT_ARGS, TOTAL_STEPS, Agent, all_output, lost_machines, rendezvous_args, task_values,
     wait_for_round_at_step,
 )
-from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
+from tests.integration.netns import Machines, proc_words, why_no_namespaces, why_no_sshd
 from tfdist.protocol import read_heartbeat
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf,
@@ -43,12 +43,7 @@ def _start(machines: Machines, tmp_path, *extra: str) -> list[Agent]:
 def _pid_of(machines: Machines, machine: int, task_type: str) -> int:
     """The pid of the task of ``task_type`` running on ``machine`` (read from its environment)."""
     for pid in machines.pids(machine):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if f"TFDIST_TASK_TYPE={task_type}".encode() in environ:
+        if f"TFDIST_TASK_TYPE={task_type}".encode() in (proc_words(pid, "environ") or ()):
             return pid
     raise AssertionError(f"no {task_type} task on machine {machine}")
 

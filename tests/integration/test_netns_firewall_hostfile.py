@@ -14,7 +14,7 @@ import pytest
 from tests.integration.firewall_lib import (RELAXED, STAND_IN, TENSORFLOW_TASK, reaches_soon, shut_out, task_addresses,
                                            tfdist_tables, wait_until_no_table)
 from tests.integration.multilib import FAST, Agent
-from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
+from tests.integration.netns import Machines, proc_words, why_no_namespaces, why_no_sshd
 from tfdist.launch.firewall.nft import find_nft
 
 pytestmark = [pytest.mark.slow,
@@ -52,12 +52,8 @@ def _agent_pids(machines: Machines, i: int) -> list[int]:
     """Machine ``i``'s agent (the one the driver started over ssh), found by the flag only agents get."""
     found = []
     for pid in machines.pids(i):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if b"--agent-watch-stdin" in argv and b"tfdist" in argv and b"orphan_watcher" not in b" ".join(argv):
+        argv = proc_words(pid, "cmdline")
+        if argv and b"--agent-watch-stdin" in argv and b"tfdist" in argv and b"orphan_watcher" not in b" ".join(argv):
             found.append(pid)
     return found
 
