@@ -13,7 +13,9 @@ backends share min/max nodes, rounds, elastic loss and growth, failure blame and
   running round when all its machines are still there, and otherwise stops it, as the built-in server would for a
   lost machine;
 - every record is sealed for the run and positioned (``records.py``): a machine's messages by its counter, this
-  coordinator's by (claim, counter), the round's record by its number; what does not open is ignored, once said.
+  coordinator's and its state by (claim, counter), the round's record by its number; what does not open is ignored,
+  once said; what anyone else writes over its claim, state or round record it answers with its own again, and a
+  take-over reads those two from etcd's history (``kept_records.py``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import time
 from typing import Any, Callable
 
 from tfdist.launch.elastic.etcd.keys import FINISH_TTL, JobKeys
+from tfdist.launch.elastic.etcd.kept_records import ClaimGone, KeptRecords, read_kept
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
 from tfdist.launch.elastic.etcd.run import PUT_BACK, OnceSaid, announced_round
 from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable
@@ -42,11 +45,13 @@ AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change 
 class Coordinator:
     def __init__(self, store: EtcdStore, keys: JobKeys, settings: RendezvousSettings, records: Sealer,
                  run: RunIdentity | None, claim: int, me: str, *, say: Callable[[str], None], stop: threading.Event,
-                 compact: bool = False) -> None:
+                 compact: bool = False, lease: int = 0) -> None:
         self.store, self.keys, self.settings, self.records, self.run_id = store, keys, settings, records, run
         self.claim, self.me, self.say, self.stop, self.compact = claim, me, say, stop, compact
         self.junk = OnceSaid(say)
         self._sent = 0  # this coordinator's message counter: to/ positions are (claim, counter)
+        self._states = 0  # and its state's: the state's positions are (claim, counter) too (kept_records.py)
+        self.kept = KeptRecords(keys, records, claim, me, lease)
         self.policy = MembershipPolicy(settings, time.monotonic())
         self.lease_of: dict[int, str] = {}
         self.id_of: dict[str, int] = {}
@@ -66,7 +71,7 @@ class Coordinator:
         watches = []
         try:
             revision = self._take_over()
-            for prefix in (self.keys.nodes, self.keys.inbox):
+            for prefix in (self.keys.nodes, self.keys.inbox, *self.kept.watched):
                 watches.append(self.store.watch(prefix, revision + 1, self._on_entries,
                                                 lambda why: self.events.put(why)))
             while not self.stop.is_set():
@@ -75,7 +80,7 @@ class Coordinator:
         except _RunOver as over:
             self.say(f"stepping down: {over}")
             return over.how
-        except _ClaimLost as lost:
+        except (_ClaimLost, ClaimGone) as lost:
             self.say(f"stepping down: {lost}")
         finally:
             for watch in watches:
@@ -115,8 +120,8 @@ class Coordinator:
             if opened and opened[1].get("run") == str(self.run_id):
                 raise _RunOver("the job is over", "over")
             raise _RunOver(f"the run's anchor {self.keys.run} was deleted: the machines join a new run", "gone")
-        state = self._open(by_key.get(self.keys.state)) or {}
-        record = self._open(by_key.get(self.keys.round)) or {}
+        state, record = (self._guarded(lambda key=key: read_kept(self.store, self.records, by_key.get(key), self.say))
+                         for key in (self.keys.state, self.keys.round))
         policy = self.policy
         now = time.monotonic()
         policy.adopt(state, now)
@@ -179,6 +184,12 @@ class Coordinator:
     # -- events --------------------------------------------------------------------------------------------------
     def _on_event(self, entry: Entry) -> None:
         self._last_ok = time.monotonic()
+        if entry.key in self.kept.watched:
+            answer = self.kept.answer(entry)  # someone else wrote over this coordinator's own record: put it back
+            if answer is not None:
+                self.junk(entry.key, "is not this coordinator's record: put this coordinator's back")
+                self._txn([answer])
+            return
         lease = JobKeys.lease_of(entry.key)
         if entry.key.startswith(self.keys.nodes):
             if entry.deleted:
@@ -298,7 +309,8 @@ class Coordinator:
         return self.policy.export(time.monotonic())
 
     def _state_put(self) -> tuple[str, bytes, None]:
-        value = self.records.seal(self.keys.state, self._state())
+        self._states += 1
+        value = self.records.seal(self.keys.state, self._state(), (self.claim, self._states))
         self._state_written = _stable(self._state())
         return self.keys.state, value, None
 
@@ -312,6 +324,7 @@ class Coordinator:
                                                                        deletes))
         if revision is None:
             raise _ClaimLost("another machine coordinates now")
+        self.kept.wrote(puts, int(revision), deletes)
         return int(revision)
 
     def _guarded(self, call: Callable[[], Any]) -> Any:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.backend import FileSource, Lost, Refused, stdin_closed
 from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
+from tfdist.launch.elastic.etcd.kept_records import CLAIM_REPAIR_S
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
 from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
 from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
@@ -293,7 +294,7 @@ class EtcdLink:
                 try:
                     ended = Coordinator(self.store, self.keys, self.settings, self.records, self.run, claimed,
                                        self.name, say=lambda m: self.say(f"coordinator: {m}"), stop=self._closed,
-                                       compact=self.conf.compact).run()
+                                       compact=self.conf.compact, lease=self.lease).run()
                 finally:
                     self.coordinating = False
                 if ended == "gone":  # someone deleted the run's anchor: leave, and join the new run
@@ -326,6 +327,8 @@ class EtcdLink:
         if verdict == "valid":
             return False
         self.junk(entry.key)
+        if verdict == "clear" and entry.lease == 0 and self._closed.wait(CLAIM_REPAIR_S):
+            return False  # (a live coordinator puts its claim back over junk meanwhile: kept_records.py)
         return verdict == "clear" and self.store.delete_if_unchanged(entry.key, entry.mod_revision)
 
     def close(self) -> None:

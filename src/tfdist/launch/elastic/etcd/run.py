@@ -7,8 +7,9 @@ the job's keys from refusing, blocking or splitting a run (records.py seals; thi
   open is still the run's anchor: its create revision is what counts, so junk put over it changes nothing.
 - **The coordinator key** (:func:`claim_verdict`): a claim counts only when it opens for this run and names the
   lease it is attached to. Anything else at the key is junk: it is cleared (deleted if unchanged) by a machine it
-  cannot belong to anyone but (no lease: a claim always has one; this machine's own lease while it does not
-  coordinate, which a replayed claim of its own would be); junk attached to another machine's lease waits for that
+  cannot belong to anyone but (no lease: a claim always has one, after ``kept_records.CLAIM_REPAIR_S``, time for a
+  live coordinator to put its claim back; this machine's own lease while it does not coordinate, which a replayed
+  claim of its own would be); junk attached to another machine's lease waits for that
   lease (that machine clears it). So a stranger with another secret, whose claim is junk to the job and the job's
   to it, never deletes a live claim, and junk never blocks a later run.
 - **A round cut short** (:func:`announced_round`): a round's writes may take several transactions (``txn.py``), its

@@ -200,6 +200,17 @@ class EtcdStore:
         self.cluster_id = int(response.header.cluster_id)
         return _entry(response.kvs[0]) if response.kvs else None
 
+    def get_at(self, key: str, revision: int) -> Entry | None:
+        """``key`` as it was at ``revision`` (an earlier version); None when it did not exist then or etcd's history
+        was compacted past it. Raises EtcdUnavailable, EtcdRefused."""
+        try:
+            response = self.call(lambda c: c.get_response(key, revision=revision), attempts=1)
+        except EtcdUnavailable as bad:
+            if "compacted" in str(bad):
+                return None
+            raise
+        return _entry(response.kvs[0]) if response.kvs else None
+
     def put(self, key: str, value: bytes, lease: int | None = None) -> int:
         """Write; returns the revision of the write."""
         return int(self.call(lambda c: c.put(key, value, lease=lease)).header.revision)
