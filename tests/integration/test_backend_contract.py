@@ -59,7 +59,7 @@ class EtcdRendezvous:
 
     def link(self, say: Callable[[str], None]) -> Any:
         from tfdist.launch.elastic.etcd.link import EtcdLink
-        from tfdist.launch.elastic.etcd.store import parse_conf
+        from tfdist.launch.elastic.etcd.conf import parse_conf
 
         conf = parse_conf(self.etcd.endpoint, (), self.job.node_timeout, {})
         return EtcdLink(conf, self.job, secret=SECRET, say=say)

@@ -62,7 +62,7 @@ class FakeAgent:
 
     def start(self) -> "FakeAgent":
         from tfdist.launch.elastic.etcd.link import EtcdLink
-        from tfdist.launch.elastic.etcd.store import parse_conf
+        from tfdist.launch.elastic.etcd.conf import parse_conf
 
         conf = parse_conf(self.etcd.endpoint, self.conf_pairs, self.job_settings.node_timeout, {})
         self.link = EtcdLink(conf, self.job_settings, secret=self.secret, say=self.said.append)
@@ -274,7 +274,7 @@ def test_etcd_silent_longer_than_the_node_timeout_is_a_graceful_loss(etcd):
 def test_tls_and_etcd_user_authentication_through_the_conf_and_a_wrong_password_is_one_refusal(tmp_path):
     from tfdist.launch.elastic.tcp.client import Refused
     from tfdist.launch.elastic.etcd.link import EtcdLink
-    from tfdist.launch.elastic.etcd.store import parse_conf
+    from tfdist.launch.elastic.etcd.conf import parse_conf
 
     with LocalEtcd(tls=True) as etcd:
         for command in (["user", "add", "root:rootpw"], ["user", "add", "trainer:trainpw"], ["role", "add", "tfdist"],

@@ -231,6 +231,33 @@ def test_the_job_leaves_no_keys_and_with_compact_yes_no_history(etcd):
     assert old.returncode != 0 and "compacted" in old.stderr, (old.stdout[:300], old.stderr)
 
 
+@pytest.mark.parametrize("pairs, chunk, compacted", [
+    ((), True, True),  # the default, compact=auto: backup bytes crossed etcd, so its history goes at the end
+    ((), False, False),  # nothing of a checkpoint in etcd: other clients' history is left alone
+    (("compact=no",), True, False),
+], ids=["auto-chunk", "auto-none", "no-chunk"])
+def test_by_default_the_history_is_compacted_when_a_backup_crossed_etcd(etcd, pairs, chunk, compacted):
+    job = settings("auto", 2, 2)
+    agents = [FakeAgent(etcd, job, i, conf_pairs=pairs).start() for i in range(2)]
+    for a in agents:
+        a.wait_round(0)
+    (during,) = {int(kv["mod_revision"]) for kv in _kvs(etcd, "/tfdist/auto/round")}
+    if chunk:
+        sender = f"/tfdist/auto/from/{agents[0].link.name}"
+        before = _values(etcd, sender)[sender]
+        agents[0].link.send(M.File(name="ckpt-1.index", data=base64.b64encode(b"weights").decode(), end=True,
+                                   last=True))
+        _wait(lambda: _values(etcd, sender)[sender] != before, "the chunk never reached etcd")
+    for a in agents:
+        a.succeed_after = 0.1
+    assert [a.outcome().status for a in agents] == [0, 0]
+    said = lambda: [line for a in agents for line in a.said]  # noqa: E731
+    _wait(lambda: any("the job is over" in line for line in said()), "the coordinator never ended the job")
+    assert any("compacted etcd's history" in line for line in said()) is compacted, said()
+    old = etcd.etcdctl("get", "--prefix", "/tfdist/auto/", f"--rev={during}")
+    assert (old.returncode != 0 and "compacted" in old.stderr) is compacted, (old.returncode, old.stderr)
+
+
 def test_a_deleted_run_anchor_makes_the_machines_join_again_rather_than_wait_for_a_dead_run(etcd):
     # Deleting keys is denial of service (any etcd writer can): what must not happen is a machine left waiting for
     # ever on a run nobody can coordinate. The coordinator's machine goes, the next one takes over, finds the run's

@@ -40,7 +40,7 @@ def _leases(etcd: LocalEtcd) -> int:
 
 def test_256_agents_joining_at_once_are_all_in_one_round_with_a_lease_and_two_watches_each():
     from tfdist.launch.elastic.etcd.link import EtcdLink
-    from tfdist.launch.elastic.etcd.store import parse_conf
+    from tfdist.launch.elastic.etcd.conf import parse_conf
     from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 
     settings = RendezvousSettings(job="fleet", min_nodes=FLEET, max_nodes=FLEET, node_timeout=10.0,

@@ -7,7 +7,8 @@ import threading
 import time
 
 from tfdist.launch.elastic.etcd.link import EtcdLink
-from tfdist.launch.elastic.etcd.store import WATCH_RETRY, EtcdStore, parse_conf
+from tfdist.launch.elastic.etcd.store import WATCH_RETRY, EtcdStore
+from tfdist.launch.elastic.etcd.conf import parse_conf
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.elastic.tcp.server import RendezvousServer
 

@@ -10,7 +10,7 @@ from tests.conftest import REPO_ROOT
 from tfdist.cli.main import main
 from tfdist.errors import UsageError
 from tfdist.launch import entry
-from tfdist.launch.elastic.etcd.store import parse_conf
+from tfdist.launch.elastic.etcd.conf import parse_conf
 from tfdist.launch.entry.compose import Serving, agent_spec, task_options, tf_log_level, who_serves
 from tfdist.launch.entry.parity import changed_flags
 from tfdist.launch.options import DEFAULTS, LaunchOptions

@@ -79,7 +79,7 @@ def _run_agent(options: LaunchOptions, command: Command, legacy_keras: bool, *, 
     etcd = None
     if options.rdzv_backend == "etcd":
         from tfdist.extras import require
-        from tfdist.launch.elastic.etcd.store import parse_conf
+        from tfdist.launch.elastic.etcd.conf import parse_conf
 
         require("etcd", "--rdzv-backend etcd")  # the client library, before anything starts
         etcd = parse_conf(options.rdzv_endpoint, options.rdzv_conf, options.node_timeout, dict(os.environ))

@@ -22,7 +22,7 @@ from tfdist.protocol import Command
 
 if TYPE_CHECKING:
     from tfdist.launch.elastic.agent.spec import AgentSpec
-    from tfdist.launch.elastic.etcd.store import EtcdConf
+    from tfdist.launch.elastic.etcd.conf import EtcdConf
     from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
     from tfdist.launch.elastic.agent.node_group import TaskOptions
 

@@ -15,7 +15,8 @@ from tfdist.launch.elastic.etcd.link import EtcdLink
 import itertools
 
 from tfdist.launch.elastic.etcd.records import Sealer
-from tfdist.launch.elastic.etcd.store import Entry, parse_conf
+from tfdist.launch.elastic.etcd.store import Entry
+from tfdist.launch.elastic.etcd.conf import parse_conf
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.outcome import Outcome

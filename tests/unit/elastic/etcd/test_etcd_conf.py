@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.elastic.etcd.store import parse_conf, parse_endpoints
+from tfdist.launch.elastic.etcd.conf import parse_conf, parse_endpoints
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -58,12 +58,13 @@ def test_bad_conf_is_one_line_naming_the_key(pairs, env, fragment):
     assert fragment in str(raised.value) and "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("value, expected", [(None, False), ("yes", True), ("no", False), ("on", True)])
-def test_compacting_at_the_end_is_asked_for_never_the_default(value, expected):
+@pytest.mark.parametrize("value, expected", [(None, "auto"), ("yes", "yes"), ("no", "no"), ("on", "yes"),
+                                             ("off", "no"), ("AUTO", "auto")])
+def test_compacting_at_the_end_is_auto_unless_asked(value, expected):
     pairs = () if value is None else (f"compact={value}",)
-    assert parse_conf("e:1", pairs, 9.0, {}).compact is expected
+    assert parse_conf("e:1", pairs, 9.0, {}).compact == expected
 
 
-def test_a_compact_value_that_is_not_yes_or_no_names_the_fix():
-    with pytest.raises(UsageError, match="compact=yes or compact=no"):
+def test_a_compact_value_that_is_not_yes_no_or_auto_names_the_fix():
+    with pytest.raises(UsageError, match="compact=yes, compact=no or compact=auto"):
         parse_conf("e:1", ("compact=maybe",), 9.0, {})

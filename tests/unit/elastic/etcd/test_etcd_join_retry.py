@@ -10,7 +10,8 @@ from typing import Any, Callable
 from tfdist.launch.elastic.etcd.keys import JobKeys
 from tfdist.launch.elastic.etcd.link import EtcdLink
 from tfdist.launch.elastic.etcd.records import RunIdentity, Sealer
-from tfdist.launch.elastic.etcd.store import Entry, EtcdUnavailable, parse_conf
+from tfdist.launch.elastic.etcd.store import Entry, EtcdUnavailable
+from tfdist.launch.elastic.etcd.conf import parse_conf
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 
 SECRET = b"job-secret-for-tests"

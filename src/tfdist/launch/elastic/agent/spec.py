@@ -42,7 +42,7 @@ class AgentSpec:
     watch_stdin: bool = False
     versions: dict[str, str] = field(default_factory=dict)
     serve: bool = True  # serve the rendezvous when this machine owns the endpoint (the host-file driver serves)
-    etcd: LinkConf | None = None  # an etcd.store.EtcdConf: the etcd backend instead of the built-in server
+    etcd: LinkConf | None = None  # an etcd.conf.EtcdConf: the etcd backend instead of the built-in server
     secret: bytes = field(default=b"", repr=False)  # the job secret (elastic/secret.py); never printed
     restart_window: float = 0.0  # --restart-window and --backoff, for the rendezvous this agent may serve
     backoff: float = 0.0

@@ -45,11 +45,12 @@ AGES = ("left_out", "restart_ages", "next_round_in")  # time-relative: a change 
 class Coordinator:
     def __init__(self, store: EtcdStore, keys: JobKeys, settings: RendezvousSettings, records: Sealer,
                  run: RunIdentity | None, claim: int, me: str, *, say: Callable[[str], None], stop: threading.Event,
-                 compact: bool = False, lease: int = 0) -> None:
+                 compact: str = "auto", lease: int = 0) -> None:
         self.store, self.keys, self.settings, self.records, self.run_id = store, keys, settings, records, run
         self.claim, self.me, self.say, self.stop, self.compact = claim, me, say, stop, compact
         self.junk = OnceSaid(say)
         self._sent = 0  # this coordinator's message counter: to/ positions are (claim, counter)
+        self._carried_chunks = False  # backup chunks crossed etcd in this run (compact=auto compacts at the end)
         self._states = 0  # and its state's: the state's positions are (claim, counter) too (kept_records.py)
         self.kept = KeptRecords(keys, records, claim, me, lease)
         self.policy = MembershipPolicy(settings, time.monotonic())
@@ -125,6 +126,7 @@ class Coordinator:
         policy = self.policy
         now = time.monotonic()
         policy.adopt(state, now)
+        self._carried_chunks = bool(state.get("carried_chunks"))
         latest: dict[str, dict[str, Any]] = {}
         for entry in entries:
             if entry.key.startswith(self.keys.inbox):
@@ -234,6 +236,7 @@ class Coordinator:
     def _dispatch(self, node_id: int, record: dict[str, Any], now: float) -> None:
         message = self._checked(node_id, record)
         if isinstance(message, M.File):
+            self._carried_chunks = True
             self.relay.on_upload(node_id, M.as_dict(message))
         elif message is not None:
             self.conductor.on_message(node_id, message, now)
@@ -273,7 +276,7 @@ class Coordinator:
             body = {"status": action.status, "at": time.time(), "run": str(self.run_id)}
             puts.append((keys.finish, self.records.for_run("").seal(keys.finish, body), finish_lease))
             ended = self._txn(puts, deletes=(keys.state, keys.round, keys.run))
-            if self.compact:
+            if self.compact == "yes" or (self.compact == "auto" and self._carried_chunks):
                 self._compact(ended)
 
     def message_put(self, lease: str, message: M.Message) -> tuple[str, bytes, int | None]:
@@ -282,9 +285,10 @@ class Coordinator:
         return key, self.records.seal(key, M.as_dict(message), (self.claim, self._sent)), None
 
     def _compact(self, revision: int) -> None:
-        """``--rdzv-conf compact=yes``: drop etcd's history up to the job's end, where the backup chunks and every
-        earlier version of the job's records lie (cluster-wide: other users' watches older than that revision are
-        cancelled, which is why it is asked for, not done by default)."""
+        """``--rdzv-conf compact=yes`` (or ``auto``, the default, once backup chunks crossed etcd): drop etcd's history
+        up to the job's end, where the chunks and every earlier version of the job's records lie (cluster-wide:
+        a watch of another client that still starts before that revision is told it lost history; watches that
+        caught up are not touched, so ``auto`` does it only when checkpoint bytes are at stake)."""
         try:
             self.store.compact(revision)
             self.say(f"compacted etcd's history up to revision {revision}")
@@ -306,7 +310,7 @@ class Coordinator:
 
     # -- the policy's counters -----------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        return self.policy.export(time.monotonic())
+        return {**self.policy.export(time.monotonic()), "carried_chunks": self._carried_chunks}
 
     def _state_put(self) -> tuple[str, bytes, None]:
         self._states += 1

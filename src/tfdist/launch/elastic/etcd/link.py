@@ -30,7 +30,8 @@ from tfdist.launch.elastic.etcd.keys import JobKeys, lease_name
 from tfdist.launch.elastic.etcd.kept_records import CLAIM_REPAIR_S
 from tfdist.launch.elastic.etcd.records import Position, RunIdentity, Sealer, is_newer
 from tfdist.launch.elastic.etcd.run import PUT_BACK, JobOver, OnceSaid, claim_verdict, join_run
-from tfdist.launch.elastic.etcd.store import Entry, EtcdConf, EtcdRefused, EtcdStore, EtcdUnavailable
+from tfdist.launch.elastic.etcd.store import Entry, EtcdRefused, EtcdStore, EtcdUnavailable
+from tfdist.launch.elastic.etcd.conf import EtcdConf
 from tfdist.launch.elastic.rendezvous.membership_types import RendezvousSettings
 from tfdist.launch.elastic.rendezvous.retry import Backoff, progress_due
 from tfdist.status import ExitStatus
