@@ -89,3 +89,17 @@ def test_the_agent_tries_a_name_in_use_again_only_while_its_old_connection_may_b
         reason, since, now, node_timeout, deadline, pause):
     got = join_retry(reason, since, now, node_timeout, deadline)
     assert got == pytest.approx(pause) if pause is not None else got is None
+
+
+def test_a_full_job_of_a_thousand_machines_refuses_in_one_message_naming_a_few():
+    # Every member was listed: at 256 machines the reason outgrew a message's text and the late machine was told
+    # "answered with something that is not this protocol" instead (found by the storms at 1,024).
+    from tfdist.launch.elastic.messages import protocol as M
+
+    big = RendezvousSettings(job="j", min_nodes=1024, max_nodes=1024, first_round_wait=0.0)
+    live = [Node(i, f"trainer-{i:04d}.rack-{i // 32:02d}.example", f"10.1.{i // 250}.{i % 250 + 1}", 8)
+            for i in range(1024)]
+    reason, status = join_refusal(Node(5000, "late", "10.9.0.1", 8), "j", big, live)
+    assert reason.startswith("the job already has its maximum of 1024 machines (trainer-0000")
+    assert reason.endswith("and 1,016 more)") and status == 2
+    assert M.Refused.check({"type": "refused", "reason": reason, "status": status}).reason == reason
