@@ -167,6 +167,26 @@ def test_a_joining_machine_scales_up_gracefully_once_the_round_trains():
     assert isinstance(bigger, StartRound) and bigger.world_size == 6
 
 
+def test_a_growth_from_256_to_1024_machines_stops_the_round_with_a_reason_that_fits_one_message():
+    # The stop named every newcomer: 768 of them outgrew a message's text, and every member would have dropped
+    # the rendezvous' stop as "not this protocol".
+    from tfdist.launch.elastic.messages import protocol as M
+
+    policy = MembershipPolicy(settings(min_nodes=256, max_nodes=1024, first_round_wait=0.0), now=0.0)
+    for i in range(1, 257):
+        join(policy, i, slots=1)
+    (start,) = policy.tick(1.0)
+    assert isinstance(start, StartRound)
+    for i in range(1, 257):
+        policy.on_training(i, start.round)
+    for i in range(257, 1025):
+        join(policy, i, slots=1)
+    (stop,) = policy.tick(2.0)
+    assert isinstance(stop, Stop) and stop.graceful
+    assert "m257 (198.18.0.257)" in stop.reason and "and 760 more joined" in stop.reason, stop.reason
+    assert M.checked(M.Stop(round=start.round, graceful=True, reason=stop.reason)).reason == stop.reason
+
+
 def test_rank_zero_success_finishes_the_job():
     policy, _ = running()
     policy.on_exited(1, 0, Outcome.SUCCEEDED, 120, "", now=30.0)

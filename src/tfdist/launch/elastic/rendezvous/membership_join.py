@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from tfdist.launch.elastic.rendezvous.membership_types import Node, RendezvousSettings
+from tfdist.launch.elastic.rendezvous.report import some_of
 from tfdist.status import ExitStatus
 
 # The words of the refusal for a name or address a live member holds; the agent recognises them (it retries such a
@@ -42,7 +43,7 @@ def join_refusal(node: Node, job: str, settings: RendezvousSettings,
         return (f"--node-rank {node.requested_rank} is already taken by {twin.label} (give every machine its own "
                 "--node-rank)", usage)
     if len(live) >= settings.max_nodes:
-        return f"the job already has its maximum of {settings.max_nodes} machines ({_some(live)})", usage
+        return f"the job already has its maximum of {settings.max_nodes} machines ({some_of([n.label for n in live])})", usage
     first = next(iter(live), None)
     if first is not None and first.versions and node.versions and first.versions != node.versions:
         return ("version mismatch: " + "; ".join(f"{n.label}: {_versions(n.versions)}" for n in (first, node))
@@ -51,14 +52,6 @@ def join_refusal(node: Node, job: str, settings: RendezvousSettings,
         return (f"roles differ: {first.label} has {_roles(first.layout)}, {node.label} has {_roles(node.layout)} "
                 "(give every machine the same --chief/--ps/--evaluator)", usage)
     return None
-
-
-NAMED = 8  # machines a refusal names: the rest are counted (a reason must fit in one message's text at any size)
-
-
-def _some(nodes: list[Node]) -> str:
-    named = ", ".join(n.label for n in nodes[:NAMED])
-    return named if len(nodes) <= NAMED else f"{named} and {len(nodes) - NAMED:,} more"
 
 
 def _identity_taken(node: Node, live: list[Node]) -> str:

@@ -10,6 +10,15 @@ KEPT_EVENTS = 200
 LEFT_OUT = "... (earlier events left out)"
 
 
+NAMED = 8  # machines a message's reason names: the rest are counted (it must fit one message's text at any size)
+
+
+def some_of(labels: list[str]) -> str:
+    """``labels`` for a reason sent to the machines: the first :data:`NAMED`, then how many more."""
+    named = ", ".join(labels[:NAMED])
+    return named if len(labels) <= NAMED else f"{named} and {len(labels) - NAMED:,} more"
+
+
 def bounded(events: list[str], event: str) -> None:
     """Append, keeping the first and the last :data:`KEPT_EVENTS` // 2."""
     events.append(event)
