@@ -165,15 +165,18 @@ def test_junk_at_the_state_then_at_the_coordinator_key_while_training_changes_no
     agents = _running_pair(etcd, "order")
     state_key = "/tfdist/order/state"
     if value is None:  # the state as it was when the first machine joined (a valid record of this run, put back)
-        versions = _history(etcd, state_key)
-        assert len(versions) >= 2, versions
-        value = versions[0]
-    _put(etcd, state_key, value)
-    _put(etcd, "/tfdist/order/round", b"junk")
-    _put(etcd, "/tfdist/order/coordinator", b"junk")
-    _wait(lambda: all(_values(etcd, k)[k] not in (b"junk", value)
-                      for k in (state_key, "/tfdist/order/round", "/tfdist/order/coordinator")),
-          f"the coordinator did not put its records back: {_values(etcd, '/tfdist/order/')}")
+        value = _history(etcd, state_key)[0]
+    keys = (state_key, "/tfdist/order/round", "/tfdist/order/coordinator")
+    bad_of, put_at = dict(zip(keys, (value, b"junk", b"junk"))), {}
+    for key in keys:
+        _put(etcd, key, bad_of[key])
+        put_at[key] = int(_kvs(etcd, key)[0]["mod_revision"])  # at most this key's foreign write (or later)
+
+    def put_back() -> bool:  # each key written again after its foreign write, by the coordinator, not junk
+        found = {k: _kvs(etcd, k)[0] for k in keys}
+        return all(int(kv["mod_revision"]) > put_at[k] or base64.b64decode(kv["value"]) not in (b"junk", bad_of[k])
+                   for k, kv in found.items())
+    _wait(put_back, f"the coordinator did not put its records back: {_values(etcd, '/tfdist/order/')}")
     claim = _kvs(etcd, "/tfdist/order/coordinator")[0]
     assert int(claim.get("lease", 0)), claim  # on its machine's lease again: it goes if that machine goes
     _finished_in_round_0(agents)
