@@ -222,6 +222,30 @@ def test_the_welcome_is_written_by_the_accept_thread_and_the_members_thread_star
         peer.close()
 
 
+def test_a_members_thread_is_started_off_the_accept_thread(monkeypatch):
+    """Thread.start waits until the new thread runs: on the accept thread that wait (about 0.5 ms a member on a
+    loaded machine) was time in which no handshake was served; rdzv-start starts them instead."""
+    starters: list[tuple[str, str]] = []
+    real = threading.Thread.start
+
+    def recording(self):
+        starters.append((threading.current_thread().name, self.name))
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", recording)
+    with live_server(min_nodes=2, max_nodes=2) as server:
+        before = _member_threads()
+        peers = [Peer(server) for _ in range(2)]
+        for i, peer in enumerate(peers):
+            assert isinstance(peer.join(f"m{i}"), M.Welcome)
+            peer.send(M.Ready(ports=[20000 + i]))
+        wait_until(lambda: len(_member_threads() - before) == 2, what="the members' threads")
+        assert isinstance(peers[0].receive((M.Round,)), M.Round)  # served: the two readies made a round
+        assert [who for who, what in starters if what == "rdzv-conn"] == ["rdzv-start", "rdzv-start"]
+        for peer in peers:
+            peer.close()
+
+
 def test_a_welcomed_member_that_never_speaks_is_lost_at_its_keepalive_deadline_and_others_still_join():
     said: list[str] = []
     with live_server(said=said, node_timeout=0.5, min_nodes=3, max_nodes=4) as server:
