@@ -67,3 +67,6 @@ def test_closing_the_rendezvous_server_ends_its_accept_thread():
     server.close()
     accepting[0].join(timeout=5)
     assert not accepting[0].is_alive(), "the accept thread stayed blocked in accept() after close()"
+    starting = [t for t in server._threads if t.name == "rdzv-start"]
+    starting[0].join(timeout=5)
+    assert not starting[0].is_alive(), "the thread that starts members' threads outlived close()"

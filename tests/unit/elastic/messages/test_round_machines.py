@@ -128,7 +128,8 @@ def test_what_the_texts_carry_whole():
     """A name keeps its spaces (it is the rest of the line), an empty round has no machines and no workers."""
     odd = RoundMachines.of([(3, " two  words ", "::1", 2, ("ps", "worker"))], ["[::1]:1", "[::1]:2"])
     assert M.decode(M.encode(round_for(odd))).nodes == [[3, " two  words ", "::1", 2, ["ps", "worker"]]]
-    assert RoundMachines.check({"nodes": "", "workers": ""}) == RoundMachines([], [], {})
+    empty = RoundMachines.check({"nodes": "", "workers": ""})
+    assert (empty.nodes, empty.workers, empty.count) == ([], [], 0)
 
 
 @pytest.mark.parametrize("nodes, workers", [
@@ -139,3 +140,33 @@ def test_what_the_texts_carry_whole():
 def test_a_round_its_text_cannot_carry_fails_where_it_is_made(nodes, workers):
     with pytest.raises(M.ProtocolError, match="machines"):
         RoundMachines.of(nodes, workers)
+
+
+def test_a_received_round_is_checked_whole_and_its_machines_read_only_when_asked():
+    """Decoding checks every line but builds no per-machine lists (an agent without roles never reads them: at
+    1,024 machines building them was half a member's decode and most of its garbage collector's work)."""
+    received = M.decode(M.encode(round_for(fleet(1024, slots=2, roles=("ps", "worker")))))
+    assert received.machines.count == 1024 and len(received.workers) == 2048
+    assert "nodes" not in vars(received.machines)  # not read yet
+    assert received.nodes[1023] == [1023, "m1023", "10.4.23.1", 2, ["ps", "worker"]]
+    assert received.machines == fleet(1024, slots=2, roles=("ps", "worker"))
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("700 1025 - 10.2.200.1 m700", "more than 1024 slots"),
+    ("700 9999 worker 10.2.200.1 m700", "more than 1024 slots"),
+    ("700 1 ps,worker,ps 10.2.200.1 m700", "not the job's roles"),
+    ("700 1024 worker,chief,worker 10.2.200.1 m700", "not the job's roles"),
+])
+def test_the_rules_the_pattern_does_not_spell_out_are_checked_on_receipt_on_any_line(bad, words):
+    lines = fleet(1024).wire["nodes"].split("\n")
+    lines[700] = bad
+    with pytest.raises(M.ProtocolError, match=words):
+        RoundMachines.check({"nodes": "\n".join(lines), "workers": "a:1"})
+    lines[0] = bad.replace("700 ", "0 ", 1)  # the first line too (it has no line break before it)
+    lines[700] = "700 1024 ps,worker,chief 10.2.200.1 m700"  # allowed: 1,024 slots, distinct roles
+    with pytest.raises(M.ProtocolError, match=words):
+        RoundMachines.check({"nodes": "\n".join(lines), "workers": "a:1"})
+    lines[0] = "0 1 - 10.0.0.1 m0"
+    allowed = RoundMachines.check({"nodes": "\n".join(lines), "workers": "a:1"})
+    assert allowed.nodes[700][3:] == [1024, ["ps", "worker", "chief"]]

@@ -222,6 +222,57 @@ def test_the_welcome_is_written_by_the_accept_thread_and_the_members_thread_star
         peer.close()
 
 
+def test_a_members_thread_is_started_off_the_accept_thread(monkeypatch):
+    """Thread.start waits until the new thread runs: on the accept thread that wait (about 0.5 ms a member on a
+    loaded machine) was time in which no handshake was served; rdzv-start starts them instead."""
+    starters: list[tuple[str, str]] = []
+    real = threading.Thread.start
+
+    def recording(self):
+        starters.append((threading.current_thread().name, self.name))
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", recording)
+    with live_server(min_nodes=2, max_nodes=2) as server:
+        before = _member_threads()
+        peers = [Peer(server) for _ in range(2)]
+        for i, peer in enumerate(peers):
+            assert isinstance(peer.join(f"m{i}"), M.Welcome)
+            peer.send(M.Ready(ports=[20000 + i]))
+        wait_until(lambda: len(_member_threads() - before) == 2, what="the members' threads")
+        assert isinstance(peers[0].receive((M.Round,)), M.Round)  # served: the two readies made a round
+        assert [who for who, what in starters if what == "rdzv-conn"] == ["rdzv-start", "rdzv-start"]
+        for peer in peers:
+            peer.close()
+
+
+def test_accepting_a_connection_does_not_go_over_every_parked_member():
+    """A parked member closed by another thread is woken before a new socket reuses its descriptor, by one look-up:
+    the sweep of every parked member that each accept made was quadratic in a burst of a thousand."""
+    looked: list[int] = []
+    woken: list[tuple[int, bool]] = []
+    with _admission() as admission, contextlib.ExitStack() as stack:
+        pairs = [stack.enter_context(_pair()) for _ in range(20)]
+        for i, (_client, member) in enumerate(pairs):
+            admission.park(member, lambda i=i: looked.append(i) or False, lambda gone, i=i: woken.append((i, gone)))
+        looked.clear()
+        for _ in range(5):
+            client, accepted = stack.enter_context(_pair())
+            admission._admit(accepted, "127.0.0.1")
+        assert looked == [] and woken == []  # before: 20 looks per accepted connection
+        # Another thread closes member 3; a new connection reuses its descriptor: member 3 is woken as gone first.
+        listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        stale = pairs[3][1]
+        fd = stale.fileno()
+        stale.close()
+        again = stack.enter_context(socket.socket())
+        assert again.fileno() == fd  # the lowest free descriptor
+        again.connect(listener.getsockname())
+        stack.enter_context(listener.accept()[0])
+        admission._admit(again, "127.0.0.1")
+        assert woken == [(3, True)] and again in admission.waiting
+
+
 def test_a_welcomed_member_that_never_speaks_is_lost_at_its_keepalive_deadline_and_others_still_join():
     said: list[str] = []
     with live_server(said=said, node_timeout=0.5, min_nodes=3, max_nodes=4) as server:

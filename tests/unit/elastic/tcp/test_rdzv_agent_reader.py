@@ -34,6 +34,7 @@ class HeldServer:
         self.answer = threading.Event()
         self.welcome = True
         self.conn: socket.socket | None = None
+        self.session: auth.Session | None = None
         threading.Thread(target=self._serve, daemon=True).start()
 
     @property
@@ -43,7 +44,7 @@ class HeldServer:
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
         self.conn = conn
-        session = server_handshake(conn, SECRET)
+        session = self.session = server_handshake(conn, SECRET)
         assert isinstance(M.decode(session.read_frame(exact_reader(conn))), M.Join)
         self.joined.set()
         self.answer.wait(30)
@@ -92,6 +93,29 @@ def test_the_reader_starts_before_the_welcome_and_the_message_after_the_welcome_
         message = link.next_message(5.0)
         assert isinstance(message, M.Stop) and message.reason == "right after the welcome"
     finally:
+        link.close()
+        server.close()
+
+
+def test_the_agents_first_message_after_the_welcome_goes_out_from_its_own_send_not_when_the_reader_runs(
+        monkeypatch):
+    """The joining thread releases the channel once it read the welcome: the agent's ready (sent at once) is
+    written by that send. It waited, queued, until the reader thread ran and released it (on a loaded machine,
+    milliseconds for each of a fleet's agents)."""
+    hold = threading.Event()
+    real = RendezvousLink._read
+    monkeypatch.setattr(RendezvousLink, "_read", lambda self, *args: hold.wait(30) and real(self, *args))
+    server = HeldServer()
+    server.answer.set()
+    link = RendezvousLink("127.0.0.1", "127.0.0.1", server.port, 30.0, secret=SECRET)
+    try:
+        link.connect(dict(JOIN), time.monotonic() + 30, lambda: False)
+        assert link.send(M.Ready(ports=[20000]))
+        assert server.conn is not None and server.session is not None
+        server.conn.settimeout(5.0)
+        assert isinstance(M.decode(server.session.read_frame(exact_reader(server.conn))), M.Ready)
+    finally:
+        hold.set()
         link.close()
         server.close()
 
@@ -157,8 +181,8 @@ def test_draining_still_sends_what_was_queued_before_closing():
 
 
 def test_a_message_sent_before_the_reader_releases_the_channel_starts_no_writer_on_the_senders_thread():
-    # The agent sends its ready right after connect() returns, often before its reader released the channel:
-    # the sender only queues it (no thread start on its path); the release writes what was queued, in order.
+    # A message sent while the channel is held (before the welcome was read) is only queued (no thread start on
+    # the sender's path); the release writes what was queued, in order.
     with _held_channel() as (channel, theirs, peer):
         assert channel.send(M.Stop(round=1, graceful=True, reason="first"))
         assert channel.send(M.Stop(round=2, graceful=True, reason="second"))

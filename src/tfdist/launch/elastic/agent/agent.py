@@ -299,7 +299,7 @@ class Agent:
             self.metrics.restart()
         self._task_states("running")
         self.say(f"round {self.round}: started workers {self.group.describe()} of {message.world_size} "
-                 f"on {len(message.nodes)} machine(s)" + (f"; roles: {placed}" if placed else ""))
+                 f"on {message.machines.count} machine(s)" + (f"; roles: {placed}" if placed else ""))
 
     def _stop_round(self, message: M.Stop, address: str) -> None:
         graceful = message.graceful

@@ -246,7 +246,8 @@ class Round(Message):
 
     @property
     def nodes(self) -> list[list[Any]]:
-        """The round's machines: ``[rank, name, address, slots, roles]`` each."""
+        """The round's machines: ``[rank, name, address, slots, roles]`` each (read from the checked text at the
+        first use: ``machines.count`` says how many without reading them)."""
         return self.machines.nodes
 
     @classmethod

@@ -65,10 +65,11 @@ class _Busy(Exception):
 class _Parked:
     """A welcomed member whose own thread has not started yet: it starts when the member first speaks."""
 
-    __slots__ = ("sock", "closed", "wake")
+    __slots__ = ("sock", "fd", "closed", "wake")
 
     def __init__(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
         self.sock, self.closed, self.wake = sock, closed, wake
+        self.fd = sock.fileno()  # its descriptor as registered (after another thread closed it, fileno() is -1)
 
 
 class Admission:
@@ -99,6 +100,7 @@ class Admission:
         self.suspects = Suspects()
         self._proved: dict[socket.socket, _Handshake] = {}  # proved the secret, their join not complete yet
         self._parked: dict[socket.socket, _Parked] = {}
+        self._parked_fds: dict[int, _Parked] = {}  # the same, by descriptor: a new socket may reuse a closed one's
         self._selector = selectors.DefaultSelector()
         # Members to watch that joined on another thread (RendezvousServer.join_here), and a socket pair whose
         # byte wakes this thread for them.
@@ -132,6 +134,7 @@ class Admission:
             self._challenged_from.clear()
             self._proved.clear()
             self._parked.clear()  # members: their connections are the server's to close
+            self._parked_fds.clear()
             self.pending.clear()
             self.suspects.clear()
             self._selector.close()
@@ -143,7 +146,7 @@ class Admission:
         closes it, or ``closed()`` (another thread closed it), then call ``wake(gone)`` here (``gone``: closed,
         nothing to read): the member's own thread starts then, off the welcome's path (an agent's first message,
         its ``ready``, follows the welcome at once), and not at all for a member that left without a word."""
-        self._sweep()
+        self._reclaim(sock)
         parked = _Parked(sock, closed, wake)
         try:
             self._selector.register(sock, selectors.EVENT_READ, parked)
@@ -151,6 +154,7 @@ class Admission:
             wake(False)
             return
         self._parked[sock] = parked
+        self._parked_fds[parked.fd] = parked
 
     def park_soon(self, sock: socket.socket, closed: Callable[[], bool], wake: Callable[[bool], None]) -> None:
         """:meth:`park`, from any thread: handed to this one (a deque and one byte), so the caller starts no thread
@@ -173,6 +177,8 @@ class Admission:
     def _wake(self, parked: _Parked, readable: bool) -> None:
         if self._parked.pop(parked.sock, None) is None:
             return  # already woken (by a sweep earlier in this turn)
+        if self._parked_fds.get(parked.fd) is parked:
+            del self._parked_fds[parked.fd]
         try:  # by the socket object: this works after another thread closed it too
             self._selector.unregister(parked.sock)
         except (KeyError, ValueError):
@@ -186,9 +192,17 @@ class Admission:
         parked.wake(gone)
 
     def _sweep(self) -> None:
-        """Wake the parked members that another thread closed, before a new socket may reuse their descriptor."""
+        """Wake the parked members that another thread closed (once a turn: their ends are reported)."""
         for parked in [p for p in self._parked.values() if p.closed()]:
             self._wake(parked, readable=False)
+
+    def _reclaim(self, sock: socket.socket) -> None:
+        """Before ``sock`` is registered: wake the parked member whose descriptor it reuses (another thread closed
+        that one's socket). One look-up, not a sweep: a sweep per accepted connection went over every parked member
+        each time, quadratic in a burst."""
+        stale = self._parked_fds.get(sock.fileno())
+        if stale is not None and stale.sock is not sock:
+            self._wake(stale, readable=False)
 
     def _turn(self) -> None:
         self._sweep()
@@ -232,7 +246,7 @@ class Admission:
         if len(self._fresh) >= self.room:  # the oldest fresh connection gives way; a challenged one never does
             self._drop(next(iter(self._fresh.values())))
         shake = _Handshake(sock, source, time.monotonic() + auth.HANDSHAKE_S)
-        self._sweep()
+        self._reclaim(sock)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -96,9 +96,11 @@ class RendezvousLink:
         sock, session = self._join_here(first) or self._handshake(first, deadline)
         # This thread reads the welcome itself (a hand-off from a reader thread cost more than it saved). The reader
         # thread starts now, while the server checks the join (its start is off the welcome's path), and waits at
-        # `go` until the welcome was read; it then releases the channel, which writes what was queued meanwhile, in
-        # order, from the reader's thread (no writer thread: the reader sends the keep-alives while it waits for
-        # bytes, wire.Channel). Only a server that proved the secret (or the one this process serves) gets this far.
+        # `go` until the welcome was read. This thread then releases the channel (held: no keep-alive before the
+        # welcome), so the agent's first message (its ready, at once) is written by the agent's own send, not when
+        # the reader thread next runs (on a loaded machine, milliseconds later); no writer thread: the reader sends
+        # the keep-alives while it waits for bytes (wire.Channel). Only a server that proved the secret (or the one
+        # this process serves) gets this far.
         patience = max(self.node_timeout, 5.0)
         channel = P.Channel(sock, session, send_timeout=patience, name="rdzv-agent",
                             keepalive=P.ping_interval(self.node_timeout), held=True)
@@ -107,6 +109,7 @@ class RendezvousLink:
         threading.Thread(target=self._read, args=(channel, inbox, go), daemon=True, name="rdzv-read").start()
         try:
             self._welcome(channel, patience)
+            channel.release()
         except BaseException:
             channel.close()
             raise
@@ -188,11 +191,10 @@ class RendezvousLink:
         return answer
 
     def _read(self, channel: P.Channel, inbox: queue.Queue, go: threading.Event) -> None:
-        go.wait()  # the joining thread read the welcome (or gave up and closed the channel)
+        go.wait()  # the joining thread read the welcome and released the channel (or gave up and closed it)
         if channel.closed:
             return
-        channel.release()  # writes what was queued while held; the keep-alives come from this reader from now on
-        try:
+        try:  # the keep-alives come from this reader from now on
             while True:
                 message = channel.receive()
                 inbox.put(message)
