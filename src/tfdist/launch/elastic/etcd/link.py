@@ -76,6 +76,7 @@ class EtcdLink:
         self._round_seen = -1
         self._watches: list[Any] = []
         self._coordinator_gone = threading.Event()
+        self._campaigner: threading.Thread | None = None
         self.coordinating = False
 
     # -- joining -------------------------------------------------------------------------------------------------
@@ -120,9 +121,10 @@ class EtcdLink:
                 self.close()
                 raise Refused(f"{refused} (check --rdzv-conf user=/password_file=)", int(ExitStatus.USAGE)) from None
         self._last_ok = time.monotonic()
-        for target, name in ((self._keep_alive, "etcd-lease"), (self._send_loop, "etcd-send"),
-                             (self._campaign, "etcd-campaign")):
+        for target, name in ((self._keep_alive, "etcd-lease"), (self._send_loop, "etcd-send")):
             threading.Thread(target=target, daemon=True, name=name).start()
+        self._campaigner = threading.Thread(target=self._campaign, daemon=True, name="etcd-campaign")
+        self._campaigner.start()
         while True:
             try:
                 answer = self._inbox.get(timeout=0.2)
@@ -345,6 +347,12 @@ class EtcdLink:
             pass
         for watch in self._watches:
             watch.cancel()
+        campaigner = self._campaigner
+        if campaigner is not None and campaigner is not threading.current_thread():
+            # A coordinator still at work finishes its last request first: this machine reads the job's finish as
+            # soon as it is written, and the compaction after it (or the last write of a stepping-down coordinator)
+            # would meet a closed connection. Bounded: a tick, then one etcd request.
+            campaigner.join(self.conf.timeout + 1.0)
         if self.lease:
             try:
                 self.store.revoke(self.lease)  # leaving: the coordinator sees this machine go at once
