@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.integration.multilib import DIGITS, FAST, Agent, lost_machines, task_values, wait_for_round_at_step
 from tests.integration.netns import Machines, why_no_namespaces, why_no_sshd
 
@@ -85,6 +86,41 @@ def test_a_discovery_script_adds_and_drops_hosts_while_the_job_runs(tmp_path):
         while _job_processes(machines, 2):
             assert time.monotonic() < deadline, _job_processes(machines, 2)
             time.sleep(0.2)
+        os.kill(driver.proc.pid, signal.SIGINT)
+        assert driver.wait(60) == 130, driver.err[-3000:]
+    assert machines.existing() == []
+
+
+def test_a_discovered_host_with_other_versions_gets_no_agent_and_the_job_goes_on(tmp_path):
+    # Machine 3's sshd sees another tfdist version (a private mount): the preflight would have refused it; added by
+    # the discovery script while the job runs, it is checked the same way and named, and no agent starts there.
+    script, listing, discover = tmp_path / "sleeper.py", tmp_path / "hosts.txt", tmp_path / "discover.sh"
+    script.write_text(SLEEPER)
+    listing.write_text("198.18.0.1\n198.18.0.2\n")
+    discover.write_text(f"#!/bin/sh\ncat {listing}\n")
+    discover.chmod(0o755)
+    other = tmp_path / "init.py"
+    original = (REPO_ROOT / "src" / "tfdist" / "__init__.py").read_text()
+    other.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "0.0.9"', original))
+    mounts = {3: {str(REPO_ROOT / "src" / "tfdist" / "__init__.py"): str(other)}}
+    with Machines(3, ssh=True, sshd_mounts=mounts) as machines:
+        driver = Agent(machines, 1, ["--host-discovery-script", str(discover), "--min-nodes", "1", "-n", "1", *FAST,
+                                     "--", str(script)], tmp_path).start()
+        driver.wait_for(r"round 0: 2 machine\(s\)", timeout=120)
+        listing.write_text("198.18.0.1\n198.18.0.2\n198.18.0.3\n")
+        driver.wait_for(r"host discovery: 198\.18\.0\.3 added", timeout=60)
+        refused = driver.wait_for(r"host discovery: 198\.18\.0\.3 gets no agent: its versions differ from the job's "
+                                  r"hosts': tfdist 0\.0\.9 \(the job's: [\d.]+\)", timeout=60)
+        # Later discovery runs still list it: not said again, not started (its probe is not retried before 60 s).
+        later = driver.mark()[1]
+        time.sleep(1.0)  # its probe's process ends just after its report is read
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            assert _job_processes(machines, 3) == [], "an agent started on the refused host"
+            time.sleep(0.5)
+        assert "198.18.0.3 joined" not in driver.err and driver.err.count("gets no agent") == 1, driver.err[-2000:]
+        assert driver.err[later:].count("host discovery: 198.18.0.3") == 0 and refused.end() <= later
+        assert driver.proc.poll() is None  # the job goes on with its two machines
         os.kill(driver.proc.pid, signal.SIGINT)
         assert driver.wait(60) == 130, driver.err[-3000:]
     assert machines.existing() == []

@@ -30,13 +30,13 @@ from tfdist.launch.local.stops import StopRequests
 from tfdist.launch.seams import Say
 from tfdist.launch.ssh.comeback import CooldownRange
 from tfdist.launch.ssh.fleet import Fleet
+from tfdist.launch.ssh.probing import MESH_TAG, PREFLIGHT_TIMEOUT_S, PROBE_TAG, HostVetting, ProbeSession, report_faults
 from tfdist.status import ExitStatus
 from tfdist.validate import LINE_MAX, printable
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5")
 # Forwarded to every host, as ssh sends no environment by default: where tfdist is imported from, TF's log level.
 FORWARDED_ENV = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
-PREFLIGHT_TIMEOUT_S = 60.0
 FIREWALL_FLAG = "--firewall"  # forwarded to the agents: each host must be able to load its nftables table
 
 
@@ -94,79 +94,33 @@ def agent_ssh_command(spec: DriverSpec, rank: int, endpoint: str, entry: HostEnt
 # ---------------------------------------------------------------------------------------------------- preflight
 
 
-class _Session:
-    """One host's probe over ssh: its output lines, collected by a thread."""
-
-    def __init__(self, spec: DriverSpec, entry: HostEntry, rendezvous_ip: str) -> None:
-        shape, rest = _split_target(spec.target)
-        script = rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
-        firewall = ["--firewall"] if FIREWALL_FLAG in spec.agent_args else []  # every agent will load a table
-        remote = _remote(spec, [spec.python, "-m", "tfdist.launch.ssh.host_probe", *firewall, "--mesh", rendezvous_ip,
-                                script])
-        self.entry = entry
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(ssh_command(entry.host, remote), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def answer(self, tag: str, deadline: float) -> dict | None:
-        """The JSON after ``tag``, or None once the session ended without it or the deadline passed."""
-        while True:
-            for line in list(self.lines):
-                if line.startswith(tag + " "):
-                    return json.loads(line.split(" ", 1)[1])
-            if self.proc.poll() is not None and not self._reader.is_alive() or time.monotonic() > deadline:
-                return None
-            time.sleep(0.02)
-
-    def why_not(self) -> str:
-        if self.proc.poll() is None:
-            return f"no answer over ssh within {PREFLIGHT_TIMEOUT_S:g}s"
-        err = self.proc.stderr.read() if self.proc.stderr else ""
-        last = printable((err.strip().splitlines() or [f"exit status {self.proc.returncode}"])[-1], 400)
-        if self.proc.returncode == 255:
-            return f"unreachable over ssh: {last}"
-        return f"cannot run tfdist's probe there: {last}"
-
-    def send(self, line: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def probe_command(spec: DriverSpec, entry: HostEntry, rendezvous_ip: str | None) -> list[str]:
+    """The ssh command that runs ``host_probe`` on ``entry`` (with the mesh check when ``rendezvous_ip`` is given:
+    the preflight's hosts check each other; a host added later is checked alone)."""
+    firewall = ["--firewall"] if FIREWALL_FLAG in spec.agent_args else []  # every agent will load a table
+    mesh = ["--mesh", rendezvous_ip] if rendezvous_ip is not None else []
+    return ssh_command(entry.host, _remote(spec, [spec.python, "-m", "tfdist.launch.ssh.host_probe", *firewall, *mesh,
+                                                  _script(spec)]))
 
 
-def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
+def _script(spec: DriverSpec) -> str:
+    shape, rest = _split_target(spec.target)
+    return rest[0] if rest and not shape else ""  # a module or a program on PATH has no file to look for
+
+
+def preflight(spec: DriverSpec, rendezvous_ip: str) -> dict:
     """Every host reachable, the same versions everywhere, the script present at the same path, and every host's
-    address (the one its agent will advertise) reachable over TCP from every other host.
+    address (the one its agent will advertise) reachable over TCP from every other host. Returns the versions the
+    hosts agree on (a host a discovery script adds later must have the same: ``probing.HostVetting``).
 
     Raises:
         UsageError: one message naming every host at fault (exit 2); nothing has been started.
     """
-    sessions = [_Session(spec, entry, rendezvous_ip) for entry in spec.hosts]
+    sessions = {entry.host: ProbeSession(probe_command(spec, entry, rendezvous_ip)) for entry in spec.hosts}
     try:
         deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
-        reports = {s.entry.host: s.answer("TFDIST-PROBE", deadline) for s in sessions}
-        broken = [f"{s.entry.host}: {s.why_not()}" for s in sessions if reports[s.entry.host] is None]
+        reports = {host: s.answer(PROBE_TAG, deadline) for host, s in sessions.items()}
+        broken = [f"{host}: {s.why_not()}" for host, s in sessions.items() if reports[host] is None]
         if broken:
             raise UsageError("preflight: " + "; ".join(broken), hint="fix ssh access (BatchMode, keys in ~/.ssh) "
                              "and install tfdist on every host")
@@ -176,28 +130,30 @@ def preflight(spec: DriverSpec, rendezvous_ip: str) -> None:
                                 for host, r in reports.items())
             raise UsageError(f"preflight: versions differ between hosts: {listing}",
                              hint="install the same Python, TensorFlow and tfdist on every host")
-        cannot = [f"{host}: {r['firewall']}" for host, r in reports.items() if r.get("firewall")]
-        if cannot:  # else that host's agent would exit 2 and be probed again and again, the job never starting
-            raise UsageError("preflight: " + "; ".join(printable(c, 400) for c in cannot))
-        missing = [host for host, r in reports.items() if r.get("script") is False]
+        cwd = spec.cwd or os.getcwd()
+        faults = {host: report_faults(r, _script(spec), cwd) for host, r in reports.items()}
+        cannot = [f"{host}: {f['firewall']}" for host, f in faults.items() if "firewall" in f]
+        if cannot:
+            raise UsageError("preflight: " + "; ".join(cannot))
+        missing = [host for host, f in faults.items() if "script" in f]
         if missing:
-            raise UsageError(f"preflight: {_split_target(spec.target)[1][0]} is missing in "
-                             f"{spec.cwd or os.getcwd()} on {', '.join(missing)}",
+            raise UsageError(f"preflight: {faults[missing[0]]['script']} on {', '.join(missing)}",
                              hint="copy the script to the same path on every host")
         addresses = json.dumps([r["listen"] for r in reports.values()])
-        for session in sessions:
+        for session in sessions.values():
             session.send(addresses)
         deadline = time.monotonic() + PREFLIGHT_TIMEOUT_S
         unreachable = []
-        for session in sessions:
-            mesh = session.answer("TFDIST-MESH", deadline) or {"(all)": session.why_not()}
-            origin = reports[session.entry.host]["listen"].rpartition(":")[0]
+        for host, session in sessions.items():
+            mesh = session.answer(MESH_TAG, deadline) or {"(all)": session.why_not()}
+            origin = reports[host]["listen"].rpartition(":")[0]
             unreachable += [f"from {origin} to {target} ({why})" for target, why in mesh.items() if why != "ok"]
         if unreachable:
             raise UsageError("preflight: hosts cannot reach each other: " + "; ".join(unreachable),
                              hint="open TCP between the hosts (firewall, routes), or fix their addresses")
+        return next(iter(reports.values()))["versions"]
     finally:
-        for session in sessions:
+        for session in sessions.values():
             session.close()
 
 
@@ -234,7 +190,7 @@ def run(spec: DriverSpec, *, say: Say = to_terminal,
         raise UsageError("no hosts to run on")
     first_ip = resolve(spec.hosts[0].name, "--hostfile", socket.AF_UNSPEC)
     listen = route_address(first_ip)
-    preflight(spec, listen)
+    versions = preflight(spec, listen)
     say_rdzv = lambda m: say(f"tfdist[rdzv]: {printable(m, LINE_MAX)}")  # noqa: E731
     recorder = None
     if spec.flight_recorder:
@@ -256,9 +212,13 @@ def run(spec: DriverSpec, *, say: Say = to_terminal,
             relays.append(relay)
         return proc
 
+    def vet(entry: HostEntry) -> HostVetting:  # a discovered host: the preflight's checks but the mesh's, alone
+        return HostVetting(ProbeSession(probe_command(spec, entry, None)), versions, _script(spec),
+                           spec.cwd or os.getcwd())
+
     fleet = Fleet(spec.hosts, launch, server.member_names,
                   cooldown=spec.cooldown, discovery=spec.discovery, interval=spec.discovery_interval,
-                  say=lambda m: say(f"tfdist: {printable(m, LINE_MAX)}"))
+                  say=lambda m: say(f"tfdist: {printable(m, LINE_MAX)}"), vet=vet)
 
     stops.install()
     stops.forward(server.interrupt)  # every machine saves and stops, then the job ends
@@ -271,7 +231,7 @@ def run(spec: DriverSpec, *, say: Say = to_terminal,
         while not server.finished.wait(0.1):
             abandon()
             fleet.tick(time.monotonic())
-            if all(p.poll() is not None for p in fleet.processes) and not server.member_names() and not fleet.probes:
+            if all(p.poll() is not None for p in fleet.processes) and not server.member_names() and fleet.idle:
                 server.interrupt(signal.SIGTERM)  # every agent is gone: nothing more can happen
         result = server.result
         status = result.status if result is not None else int(ExitStatus.TASK_FAILED)

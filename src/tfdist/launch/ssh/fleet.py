@@ -7,20 +7,26 @@ then ended (closing stdin first: a reachable agent stops its tasks), and the hos
 after its cool-down; when that answers, its agent is started again with its old node rank and joins the job at the
 rendezvous' next round. A discovery script (``--host-discovery-script``) is run every ``interval`` seconds and prints
 ``host[ slots=N]`` lines: new hosts get an agent, hosts no longer listed have theirs stopped (never probed again).
+A new host is first checked as the preflight checked the others (``probing.HostVetting``: versions, the script,
+``--firewall``); one that fails is named in one line and checked again at most every ``REVET_S`` while listed.
 """
 from __future__ import annotations
 
 import subprocess
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tfdist.cluster.hostfile import HostEntry, parse_hostfile
 from tfdist.errors import UsageError
 from tfdist.launch.ssh.comeback import Comebacks, CooldownRange, changes
 
+if TYPE_CHECKING:
+    from tfdist.launch.ssh.probing import HostVetting
+
 PROBE_TIMEOUT_S = 15.0
 SCRIPT_TIMEOUT_S = 10.0
+REVET_S = 60.0  # a discovered host that failed its check is checked again after this, while the script lists it
 
 
 def run_discovery(path: str) -> list[HostEntry]:
@@ -41,7 +47,8 @@ def run_discovery(path: str) -> list[HostEntry]:
 class Fleet:
     def __init__(self, hosts: tuple[HostEntry, ...], launch: Callable[[HostEntry, int], subprocess.Popen[bytes]],
                  present: Callable[[], set[str]], *, cooldown: CooldownRange | None, discovery: str | None,
-                 interval: float, say: Callable[[str], None]) -> None:
+                 interval: float, say: Callable[[str], None],
+                 vet: Callable[[HostEntry], HostVetting] | None = None) -> None:
         self.hosts = list(hosts)
         self.launch, self.present, self.say = launch, present, say
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
@@ -52,6 +59,14 @@ class Fleet:
         self.discovery, self.interval = discovery, interval
         self._next_discovery = time.monotonic() + interval
         self._dropped: set[str] = set()
+        self.vet = vet
+        self.vetting: dict[str, tuple[HostEntry, HostVetting]] = {}
+        self._refused: dict[str, tuple[str, float]] = {}  # a discovered host that failed its check: why, when
+
+    @property
+    def idle(self) -> bool:
+        """Nothing under way that may still start an agent (a lost host's probe, a discovered host's check)."""
+        return not self.probes and not self.vetting
 
     @property
     def processes(self) -> list[subprocess.Popen[bytes]]:
@@ -82,6 +97,7 @@ class Fleet:
         if self.discovery is not None and now >= self._next_discovery:
             self._next_discovery = now + self.interval
             self._discover(now)
+        self._vetted(now)
 
     def _probe(self, now: float) -> None:
         assert self.comebacks is not None
@@ -116,11 +132,21 @@ class Fleet:
             self.say(f"{bad} (keeping the current hosts)")
             return
         added, dropped = changes([e for e in self.hosts if e.name not in self._dropped], found)
+        listed = {e.name for e in found}
+        for name in [n for n in self._refused if n not in listed]:
+            del self._refused[name]
+        for name in [n for n in self.vetting if n not in listed]:  # no longer listed while being checked
+            self.vetting.pop(name)[1].close()
         for entry in added:
-            self.say(f"host discovery: {entry.name} added")
-            self._dropped.discard(entry.name)
-            self.hosts = [e for e in self.hosts if e.name != entry.name] + [entry]
-            self._start(entry)
+            refused = self._refused.get(entry.name)
+            if entry.name in self.vetting or (refused is not None and now - refused[1] < REVET_S):
+                continue
+            if refused is None:
+                self.say(f"host discovery: {entry.name} added")
+            if self.vet is None:
+                self._admit(entry)
+            else:
+                self.vetting[entry.name] = (entry, self.vet(entry))
         for name in dropped:
             self.say(f"host discovery: {name} no longer listed: stopping its agent")
             self._dropped.add(name)
@@ -130,7 +156,34 @@ class Fleet:
             if proc is not None:
                 threading.Thread(target=end_session, args=(proc,), daemon=True).start()
 
+    def _vetted(self, now: float) -> None:
+        """Discovered hosts whose check ended: started, or named with the reason (again only when it changed)."""
+        for name, (entry, vetting) in list(self.vetting.items()):
+            verdict = vetting.verdict(now)
+            if verdict is None:
+                continue
+            del self.vetting[name]
+            vetting.close()
+            before = self._refused.pop(name, None)
+            if verdict:
+                if before is None or before[0] != verdict:
+                    self.say(f"host discovery: {name} gets no agent: {verdict} (checked again in {REVET_S:g}s "
+                             "while listed)")
+                self._refused[name] = (verdict, now)
+            else:
+                if before is not None:
+                    self.say(f"host discovery: {name} passes its check now")
+                self._admit(entry)
+
+    def _admit(self, entry: HostEntry) -> None:
+        self._dropped.discard(entry.name)
+        self.hosts = [e for e in self.hosts if e.name != entry.name] + [entry]
+        self._start(entry)
+
     def close(self) -> None:
+        for _entry, vetting in self.vetting.values():
+            vetting.close()
+        self.vetting.clear()
         for proc, _ in self.probes.values():
             if proc.poll() is None:
                 proc.kill()
