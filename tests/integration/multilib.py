@@ -66,8 +66,14 @@ class Agent:
         return self
 
     def wait(self, timeout: float = 300) -> int:
+        """Its exit status; one that does not end in ``timeout`` fails the test with its last lines (a bare
+        TimeoutExpired told nothing of where the job stood)."""
         assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"machine {self.machine}'s launch did not end in {timeout:g} s:\n"
+                                 f"{self.out[-3000:]}\n{self.err[-5000:]}") from None
 
     @property
     def out(self) -> str:

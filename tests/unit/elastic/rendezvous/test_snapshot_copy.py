@@ -211,6 +211,35 @@ def test_the_relay_asks_the_sender_after_the_backup_went_through_and_forwards_on
     assert sent == [((3, "file"), chunk)]
 
 
+def test_the_snapshot_is_asked_for_once_with_its_round_when_the_backup_went_through_before_its_request_returned():
+    """The backup's source can be the rendezvous' own machine: its last chunk reaches the relay on a member's thread
+    before the send of the backup's request returns. The snapshot's request then went out without its round and
+    was never sent again: its receiver waited for it and the round never started there (a CI hang of
+    test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup)."""
+    sent: list = []
+    relay: BackupRelay
+
+    def send(*a, **k):
+        sent.append((a, k))
+        if a == (1, "send") and k.get("what") is None:  # the source uploads at once
+            relay.on_upload(1, {"name": "checkpoint", "data": "", "end": True, "last": True})
+        return True
+
+    relay = BackupRelay(send)
+    relay.plan({1: _node(1), 2: _node(2), 3: _node(3)}, _round(1, 2, 3))  # round 0: 1 held worker 0
+    relay.plan_snapshot({1: _node(1), 2: _node(2), 3: _node(3)}, _round(1, 2, 3))
+    backup = {"fs": "aa", "name": "ckpt-3", "files": {"checkpoint": "c" * 64}, "sizes": {"checkpoint": 1}}
+    nodes = {1: _node(1, claim(10), backup), 3: _node(3, claim(17), {**backup, "fs": "bb", "name": None})}
+    restore, copies = relay.plan(nodes, _round(1, 3)), relay.plan_snapshot(nodes, _round(1, 3))
+    assert sorted(restore) == [3] and sorted(copies) == [1] and copies[1]["from"] == "m3"  # each the other's source
+    relay.request_upload(1)
+    requests = [(a[0], k) for a, k in sent if a[1] == "send"]
+    assert [n for n, _ in requests] == [1, 3] and ((3, "file"), {"name": "checkpoint", "data": "", "end": True,
+                                                                 "last": True}) in sent
+    assert requests[1][1] == {"round": 1, "name": "snap-000000000017", "files": claim(17)["files"],
+                              "what": "snapshot"}
+
+
 # -- through a live rendezvous ---------------------------------------------------------------------------------------
 class PeerChannel:
     """What the agent's link is to ``SnapshotCopy.upload``: chunks sent as messages of this peer."""

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Callable
 
-from tfdist.launch.elastic.agent import flight as flight_agent, machine_run
+from tfdist.launch.elastic.agent import flight as flight_agent, machine_run, round_copies
 from tfdist.launch.elastic.messages import protocol as M
 from tfdist.launch.elastic.messages.flight import Dump
 from tfdist.launch.elastic.rendezvous.membership import RendezvousSettings
@@ -124,7 +124,8 @@ class Agent:
         else:
             ports = free_ports(self.spec.slots, address)
         backup = self.backups.manifest() if self.backups else None
-        snapshot = SnapshotCopy(self.snapshots.path).manifest() if self.snapshots and self.snapshots.path else None
+        folder = self._snapshot_folder()
+        snapshot = SnapshotCopy(folder).manifest() if folder else None
         self.link.send(M.Ready(ports=ports, backup=None if backup is None else M.Backup.check(backup),
                                snapshot=snapshot))
 
@@ -237,13 +238,8 @@ class Agent:
                     self._stop_round(message, address)
                 case M.Finish():
                     return self._finish(message)
-                case M.Send(what="snapshot") if self.snapshots and self.snapshots.path:
-                    self.link.upload(message, SnapshotCopy(self.snapshots.path))
-                case Dump():  # the rendezvous collects every machine's stacks before anything is stopped
-                    flight_agent.send(self.link, self.spec,
-                                      flight_agent.answer(self.group, self.round, message, self.spec.tasks))
-                case M.Send() if self.backups is not None:
-                    self.link.upload(message, self.backups)
+                case _:
+                    self._serve_request(message)
             if self._signalled() is not None and not stopped_by_signal and self.server is None:
                 stopped_by_signal = True
                 self._leave_on_signal()
@@ -254,30 +250,37 @@ class Agent:
                 return int(ExitStatus.PREEMPTED)
             self._watch_group()
 
+    def _serve_request(self, message: M.Message | None) -> bool:
+        """Answer an upload request or a stack dump (True), in the loop of rounds and while a copy comes in
+        (round_copies.py says why both)."""
+        if isinstance(message, Dump):  # the rendezvous collects every machine's stacks before anything is stopped
+            flight_agent.send(self.link, self.spec,
+                              flight_agent.answer(self.group, self.round, message, self.spec.tasks))
+            return True
+        return round_copies.answer_upload(message, self.link, self.backups, self._snapshot_folder())
+
+    def _next_during_copy(self) -> M.Message | None:
+        message = self.link.next_message(0.5)
+        return None if self._serve_request(message) else message
+
+    def _snapshot_folder(self) -> str | None:
+        return self.snapshots.path if self.snapshots is not None and self.snapshots.path else None
+
     def _start_round(self, message: M.Round) -> None:
         self.round, self.node_rank = message.round, message.node_rank
-        restore = message.restore
-        if (restore and self.backups is not None) or (message.snapshot and self.snapshots is not None):
+        if (message.restore and self.backups is not None) or (message.snapshot and self.snapshots is not None):
             self._enter(AgentPhase.RESTORING)
-        if restore and self.backups is not None:
-            restored, other = self.backups.await_restore(restore, lambda: self.link.next_message(0.5), self.say)
-            if other is not None:  # the round was stopped before it started here
-                self._deferred = other
-                self._enter(AgentPhase.WAITING)
-                return
-            if not restored:
-                self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
-                self._enter(AgentPhase.WAITING)
-                self._ready(self.address)
-                return
-        copy = message.snapshot  # the survivors' in-memory snapshot, taken in before the tasks start
-        if copy and self.snapshots is not None and self.snapshots.path:
-            other = SnapshotCopy(self.snapshots.path).await_restore(copy, lambda: self.link.next_message(0.5),
-                                                                     self.say)
-            if other is not None:
-                self._deferred = other
-                self._enter(AgentPhase.WAITING)
-                return
+        restored, other = round_copies.take_in(message, self.backups, self._snapshot_folder(),
+                                               self._next_during_copy, self.say)
+        if other is not None:  # the round was stopped before it started here
+            self._deferred = other
+            self._enter(AgentPhase.WAITING)
+            return
+        if not restored:
+            self._report_exit(Outcome.FAILED, None, "the latest backup could not be copied here")
+            self._enter(AgentPhase.WAITING)
+            self._ready(self.address)
+            return
         roles, placed = {}, ""
         if self.spec.roles is not None:  # every agent places the round's tasks by the same rule
             layout, placements = round_layout(message.nodes, message.workers, self.spec.roles)

@@ -131,13 +131,15 @@ class BackupRelay:
         """Ask the source chosen by :meth:`plan` to stream its backup (after the round messages went out); the
         snapshot's source is asked now if no backup goes out, else once the backup's last chunk went through."""
         pending, self._pending_source = self._pending_source, None
+        # The snapshot's request is whole before the backup's goes out: the backup's last chunk, which sends it, can
+        # come back on a member's thread before that send returns (the source is this machine's own agent).
+        if self._snapshot_request is not None:
+            self._snapshot_request = (self._snapshot_request[0], {**self._snapshot_request[1], "round": round_})
         if pending is not None:
             source, restore = pending
             self._send(source, "send", round=round_, name=restore["name"], files=restore["files"])
-        if self._snapshot_request is not None:
-            self._snapshot_request = (self._snapshot_request[0], {**self._snapshot_request[1], "round": round_})
-            if pending is None:
-                self._request_snapshot()
+        else:
+            self._request_snapshot()
 
     def _request_snapshot(self) -> None:
         request, self._snapshot_request = self._snapshot_request, None
