@@ -47,6 +47,7 @@ class Agent:
     args: list[str]
     tmp: Path
     private_dirs: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # this machine's own settings, over the launch's environment
     proc: subprocess.Popen | None = None
 
     @property
@@ -61,7 +62,7 @@ class Agent:
         argv = [sys.executable, "-m", "tfdist", "launch", *self.args]
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(self.machines.command(self.machine, argv, private_dirs=self.private_dirs),
-                                         cwd=REPO_ROOT, env=launch_env(), stdout=out, stderr=err,
+                                         cwd=REPO_ROOT, env={**launch_env(), **self.env}, stdout=out, stderr=err,
                                          stdin=subprocess.DEVNULL)
         return self
 
