@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tfdist.protocol import read_heartbeat
+from tfdist.protocol.variables import SNAPSHOT_EVERY
 from tests.integration.multilib import (
     ROUND_STARTED, Agent, all_output, lost_machines, rendezvous_args, task_values, wait_for_round_at_step,
 )
@@ -135,10 +136,11 @@ def test_a_machine_that_comes_back_is_taken_in_with_no_step_lost(tmp_path):
     assert machines.existing() == []
 
 
-# "crossed": machine 1 (the rendezvous' own, worker 0: it writes the backup) takes no snapshot in the run and machine 3
-# one every step, so the round after the loss has machine 1 send the backup and receive machine 3's snapshot, which
-# the relay asks for only once the backup went through. Left to the snapshot writers' own timing that happened in
-# some runs only, and machine 1 never started its round (fixed: agent/round_copies.py).
+# "crossed" (TFDIST_SNAPSHOT_EVERY per machine): machine 1 (the rendezvous' own, worker 0: it writes the backup)
+# takes no snapshot in the run and machine 3 one every step, so the round after the loss has machine 1 send the
+# backup and receive machine 3's snapshot, which the relay asks for only once the backup went through. Left to the
+# snapshot writers' own timing that happened in some runs only, and machine 1 never started its round (fixed:
+# agent/round_copies.py).
 SNAPSHOTS_EVERY = {"own timing": {}, "crossed": {1: "100000", 3: "1"}}
 
 
@@ -152,7 +154,7 @@ def test_without_a_shared_filesystem_a_restart_resumes_from_the_copied_backup(tm
                                    "--node-rank", str(i - 1), "--checkpoint-dir", model, script=SCRIPT)
             every = SNAPSHOTS_EVERY[snapshots].get(i)
             agents.append(Agent(machines, i, args, tmp_path, private_dirs={model: str(tmp_path / f"own{i}")},
-                                env={"TFDIST_SNAPSHOT_EVERY": every} if every else {}).start())
+                                env={SNAPSHOT_EVERY: every} if every else {}).start())
         wait_for_round_at_step(agents[0], tmp_path / "logs1", 3, 15, agents)  # round 0, or a later one (see above)
         marks = [a.mark() for a in agents]
         os.kill(agents[1].proc.pid, signal.SIGKILL)
